@@ -1,0 +1,88 @@
+"""Results as JSON, typed by the effect's return annotation (pydantic).
+
+A replay returns the type the function returns: a model stays a model, a
+dataclass a dataclass, a ``datetime`` a ``datetime``. Without an annotation the
+result is plain JSON (dicts, lists, numbers, strings). Never pickle.
+"""
+
+from __future__ import annotations
+
+import collections.abc
+import inspect
+import typing
+from collections.abc import Callable
+from typing import Any
+
+from pydantic import TypeAdapter, ValidationError
+from pydantic.errors import PydanticSchemaGenerationError
+
+from .errors import ConfigurationError
+from .store.base import ResultState
+
+__all__ = ["ResultCodec", "result_annotation"]
+
+_ITERATORS = {
+    collections.abc.Iterator,
+    collections.abc.Iterable,
+    collections.abc.Generator,
+    collections.abc.AsyncIterator,
+    collections.abc.AsyncIterable,
+    collections.abc.AsyncGenerator,
+}
+
+
+def result_annotation(fn: Callable[..., Any], *, name: str) -> Any:
+    """The type an effect records: the return annotation, or the item type of a generator."""
+    try:
+        hints = typing.get_type_hints(fn, include_extras=True)
+    except Exception as exc:
+        raise ConfigurationError(
+            f"effect {name}: its annotations cannot be resolved ({exc}); "
+            f"pass result_type=... to the effect"
+        ) from exc
+    annotation = hints.get("return", Any)
+    if inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn):
+        origin = typing.get_origin(annotation)
+        args = typing.get_args(annotation)
+        if origin in _ITERATORS and args:
+            return args[0]
+        return Any
+    return annotation
+
+
+class ResultCodec:
+    """Encodes results to JSON bytes and back, for one effect."""
+
+    __slots__ = ("_adapter", "_name")
+
+    def __init__(self, annotation: Any, *, name: str) -> None:
+        self._name = name
+        try:
+            self._adapter: TypeAdapter[Any] = TypeAdapter(annotation)
+        except (PydanticSchemaGenerationError, TypeError) as exc:
+            raise ConfigurationError(
+                f"effect {name} returns {annotation!r}, which cannot be recorded as JSON: "
+                f"annotate the return as a pydantic model, a dataclass or JSON types, or pass "
+                f"result_type=..."
+            ) from exc
+
+    def encode(self, value: Any, limit: int) -> tuple[bytes | None, ResultState, str]:
+        """Bytes to record, their state, and why they were not stored (if not)."""
+        try:
+            data = self._adapter.dump_json(value)
+        except Exception as exc:
+            return None, ResultState.UNSERIALISABLE, f"{type(exc).__name__}: {exc}"[:300]
+        if len(data) > limit:
+            return None, ResultState.TOO_LARGE, f"{len(data)} bytes over the {limit}-byte bound"
+        return data, ResultState.STORED, ""
+
+    def decode(self, data: bytes) -> Any:
+        """The recorded result, validated as the return type (raises ValidationError)."""
+        return self._adapter.validate_json(data)
+
+    def coerce(self, value: Any) -> Any:
+        """A value found by reconcile, validated as the return type."""
+        return self._adapter.validate_python(value)
+
+
+DecodeError = ValidationError

@@ -1,0 +1,97 @@
+"""What an effect (and its key function and reconcile hook) can know about its call."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from .errors import NoActiveEffect
+from .keys import effect_marker
+
+if TYPE_CHECKING:
+    from .heartbeat import Lease
+    from .runs import Run
+
+__all__ = ["EffectContext", "KeyContext", "current_effect"]
+
+_current: ContextVar[EffectContext | None] = ContextVar("effectq.effect", default=None)
+
+
+@dataclass(frozen=True, slots=True)
+class KeyContext:
+    """What a key function gets besides the bound arguments.
+
+    Attributes:
+        run_id: the run id.
+        name: the effect name.
+        ordinal: how many calls of this effect came before in this run (0 for the first).
+        seq: how many calls of any effect came before in this run.
+        run: the bound run (its ``metadata`` holds what an integration attached).
+    """
+
+    run_id: str
+    name: str
+    ordinal: int
+    seq: int
+    run: Run = field(repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class EffectContext:
+    """The running effect, as ``effectq.current_effect()`` returns it.
+
+    Attributes:
+        key: the effect key.
+        idempotency_key: a stable key (a UUID string) to hand to an API that
+            accepts one; the same in every attempt of this effect.
+        run_id: the run id.
+        name: the effect name.
+        attempt: 1 for the first dispatch of this key, 2 after a release, ...
+        namespace: the store's namespace.
+        token: the fencing token this attempt holds.
+        ordinal: how many calls of this effect came before in this run.
+        args: the bound arguments, by name.
+    """
+
+    key: str
+    idempotency_key: str
+    run_id: str
+    name: str
+    attempt: int
+    namespace: str
+    token: int
+    ordinal: int = 0
+    args: Mapping[str, Any] = field(default_factory=dict, repr=False)
+    _lease: Lease | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def marker(self) -> str:
+        """``effect_marker(self.key)``: embed it in what the effect creates."""
+        return effect_marker(self.key)
+
+    @property
+    def lease_lost(self) -> bool:
+        """Whether this attempt's claim was taken over; it can no longer record a result.
+
+        A long effect can check it before an irreversible step.
+        """
+        return self._lease is not None and self._lease.lost
+
+
+def current_effect() -> EffectContext:
+    """The effect running now; raises :class:`~effectq.errors.NoActiveEffect` outside one."""
+    ctx = _current.get()
+    if ctx is None:
+        raise NoActiveEffect("effectq.current_effect() was called outside an effect")
+    return ctx
+
+
+def bind_effect(ctx: EffectContext | None) -> Any:
+    """Set the running effect (the engine's business); returns the token to reset."""
+    return _current.set(ctx)
+
+
+def unbind_effect(token: Any) -> None:
+    _current.reset(token)

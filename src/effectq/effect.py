@@ -1,0 +1,462 @@
+"""The ``@effectq.effect`` decorator.
+
+Bare or with keyword options (like tenacity's ``retry``), typed with
+``ParamSpec`` so the wrapped function keeps its signature for mypy and IDEs.
+Everything that can be wrong with a call (no run bound, arguments that do not
+bind, input that cannot be keyed, a bad key) raises before anything is claimed.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import inspect
+import threading
+import types
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from datetime import timedelta
+from typing import Any, Generic, ParamSpec, TypeVar, overload
+
+from .canonical import canonical_arguments
+from .codec import ResultCodec, result_annotation
+from .context import EffectContext, KeyContext, bind_effect, unbind_effect
+from .engine import (
+    Call,
+    InvokeOp,
+    drive_async,
+    drive_sync,
+    new_owner,
+    procedure,
+    run_op_async,
+    run_op_sync,
+)
+from .errors import ConfigurationError, InProgress, InvalidInputError, NoActiveRun
+from .flights import flights
+from .keys import check_key, check_name, default_key
+from .options import (
+    FROM_ANNOTATION,
+    EffectOptions,
+    OnMismatch,
+    ReconcileOn,
+    classifier,
+    seconds,
+)
+from .runs import active_run
+from .store.base import ClaimRequest
+
+__all__ = ["effect", "Effect"]
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+KeyFunction = Callable[[dict[str, Any], KeyContext], str]
+ReconcileHook = Callable[[str, dict[str, Any], EffectContext], Any]
+
+_SKIPPED_PARAMS = ("self", "cls")
+
+
+class Effect(Generic[P, R]):
+    """A side-effecting function that applies at most once per effect key.
+
+    Calling it inside a run claims the key, then executes, replays the recorded
+    result, waits for the same effect in flight elsewhere, reconciles, or raises
+    :class:`~effectq.errors.OutcomeUnknown`. See :func:`effect` for the options.
+    """
+
+    def __init__(self, fn: Callable[P, R], options: EffectOptions) -> None:
+        self.fn = fn
+        self.options = options
+        self.name = options.name
+        self._signature = inspect.signature(fn)
+        self._codec: ResultCodec | None = None
+        self._codec_lock = threading.Lock()
+        self._key_params = _key_params(self._signature, options, fn)
+        functools.update_wrapper(self, fn)  # type: ignore[arg-type]
+        if inspect.iscoroutinefunction(fn):
+            self._invoke_kind = "async"
+        elif inspect.isasyncgenfunction(fn):
+            self._invoke_kind = "async_gen"
+        elif inspect.isgeneratorfunction(fn):
+            self._invoke_kind = "gen"
+        else:
+            self._invoke_kind = "sync"
+
+    def __repr__(self) -> str:
+        return f"<effect {self.name}>"
+
+    def __get__(self, instance: Any, owner: type | None = None) -> Any:
+        if instance is None:
+            return self
+        return types.MethodType(self, instance)
+
+    @property
+    def codec(self) -> ResultCodec:
+        """The result codec, built from the return annotation on first use."""
+        codec = self._codec
+        if codec is None:
+            with self._codec_lock:
+                if self._codec is None:
+                    annotation = self.options.result_type
+                    if annotation is FROM_ANNOTATION:
+                        annotation = result_annotation(self.fn, name=self.name)
+                    self._codec = ResultCodec(annotation, name=self.name)
+                codec = self._codec
+        return codec
+
+    def key(self, *args: P.args, **kwargs: P.kwargs) -> str:
+        """The effect key a call with these arguments would use in the bound run.
+
+        Note that this counts as a call for ``ctx.ordinal``.
+        """
+        return self._prepare(args, kwargs).key
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        call = self._prepare(args, kwargs)
+        kind = self._invoke_kind
+        if kind == "sync":
+            return self._call_sync(call, args, kwargs)  # type: ignore[no-any-return]
+        if kind == "async":
+            return self._call_async(call, args, kwargs)  # type: ignore[return-value]
+        if kind == "gen":
+            return self._stream(call, args, kwargs)  # type: ignore[return-value]
+        return self._stream_async(call, args, kwargs)  # type: ignore[return-value]
+
+    # -- preparing a call (everything that can fail before a claim) ------------------------
+
+    def _prepare(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Call:
+        bound_run = active_run()
+        if bound_run is None:
+            raise NoActiveRun(self.name)
+        bound = self._signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        arguments = dict(bound.arguments)
+        options = self.options
+        codec = self.codec  # an unrecordable return type fails here, before a claim
+        del codec
+        ordinal, seq = bound_run.next_ordinal(self.name)
+        if options.key is None:
+            input_hash = hashlib.sha256(canonical_arguments(self._keyed(arguments))).hexdigest()
+            key = default_key(bound_run.id, self.name, input_hash)
+        else:
+            ctx = KeyContext(run_id=bound_run.id, name=self.name, ordinal=ordinal, seq=seq, run=bound_run)
+            key = check_key(options.key(arguments, ctx), name=self.name)
+            try:
+                input_hash = hashlib.sha256(canonical_arguments(self._keyed(arguments))).hexdigest()
+            except InvalidInputError:
+                input_hash = ""  # the key function is the identity; no mismatch check
+        store = bound_run.store
+        request = ClaimRequest(
+            lease_ms=options.lease_ms,
+            owner=new_owner(),
+            name=self.name,
+            run_id=bound_run.id,
+            input_hash=input_hash if options.key is not None else "",
+            can_reconcile=options.reconcile is not None,
+            replay_safe=options.replay_safe,
+            reconcile_first=options.reconcile is not None and options.reconcile_on is ReconcileOn.ALWAYS,
+            retention_ms=options.retention_ms,
+        )
+        return Call(self, bound_run, store, key, request.input_hash, arguments, ordinal, request)
+
+    def _keyed(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        params = self._key_params
+        return {name: value for name, value in arguments.items() if name in params}
+
+    # -- the four ways to run ------------------------------------------------------------
+
+    def _call_sync(self, call: Call, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        flight, leader = flights.join(call.store, call.key, call.input_hash)
+        if not leader:
+            return _follow(flight, call)
+        try:
+            value, _ = drive_sync(procedure(call), functools.partial(self._invoke_sync, args, kwargs))
+        except BaseException as exc:
+            flights.finish(call.store, call.key, flight)
+            flight.land(error=exc)
+            raise
+        flights.finish(call.store, call.key, flight)
+        flight.land(value)
+        return value
+
+    def _invoke_sync(self, args: tuple[Any, ...], kwargs: dict[str, Any], ctx: EffectContext) -> Any:
+        token = bind_effect(ctx)
+        try:
+            return self.fn(*args, **kwargs)
+        finally:
+            unbind_effect(token)
+
+    async def _call_async(self, call: Call, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        flight, leader = flights.join(call.store, call.key, call.input_hash)
+        if not leader:
+            return await _follow_async(flight, call)
+        try:
+            value, _ = await drive_async(procedure(call), functools.partial(self._invoke_async, args, kwargs))
+        except BaseException as exc:
+            flights.finish(call.store, call.key, flight)
+            flight.land(error=exc)
+            raise
+        flights.finish(call.store, call.key, flight)
+        flight.land(value)
+        return value
+
+    async def _invoke_async(self, args: tuple[Any, ...], kwargs: dict[str, Any], ctx: EffectContext) -> Any:
+        token = bind_effect(ctx)
+        try:
+            return await self.fn(*args, **kwargs)  # type: ignore[misc]
+        finally:
+            unbind_effect(token)
+
+    def _stream(self, call: Call, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Iterator[Any]:
+        """A generator effect: items stream through; the last one is recorded."""
+        flight, leader = flights.join(call.store, call.key, call.input_hash)
+        if not leader:
+            yield _follow(flight, call)
+            return
+        proc = procedure(call)
+        value: Any = None
+        error: BaseException | None = None
+        try:
+            while True:
+                try:
+                    op = proc.send(value) if error is None else proc.throw(error)
+                except StopIteration as stop:
+                    value, executed = stop.value
+                    break
+                value = error = None
+                if not isinstance(op, InvokeOp):
+                    try:
+                        value = run_op_sync(op)
+                    except BaseException as exc:
+                        error = exc
+                    continue
+                last: Any = None
+                try:
+                    source = iter(self.fn(*args, **kwargs))  # type: ignore[call-overload]
+                    while True:
+                        token = bind_effect(op.ctx)
+                        try:
+                            item = next(source)
+                        except StopIteration:
+                            break
+                        finally:
+                            unbind_effect(token)
+                        last = item
+                        yield item
+                    value = last
+                except BaseException as exc:
+                    error = exc
+        except BaseException as exc:
+            flights.finish(call.store, call.key, flight)
+            flight.land(error=exc)
+            raise
+        flights.finish(call.store, call.key, flight)
+        flight.land(value)
+        if not executed:
+            yield value
+
+    async def _stream_async(self, call: Call, args: tuple[Any, ...], kwargs: dict[str, Any]) -> AsyncIterator[Any]:
+        """An async generator effect: items stream through; the last one is recorded."""
+        flight, leader = flights.join(call.store, call.key, call.input_hash)
+        if not leader:
+            yield await _follow_async(flight, call)
+            return
+        proc = procedure(call)
+        value: Any = None
+        error: BaseException | None = None
+        try:
+            while True:
+                try:
+                    op = proc.send(value) if error is None else proc.throw(error)
+                except StopIteration as stop:
+                    value, executed = stop.value
+                    break
+                value = error = None
+                if not isinstance(op, InvokeOp):
+                    try:
+                        value = await run_op_async(op)
+                    except BaseException as exc:
+                        error = exc
+                    continue
+                last: Any = None
+                try:
+                    source = self.fn(*args, **kwargs).__aiter__()  # type: ignore[attr-defined]
+                    while True:
+                        token = bind_effect(op.ctx)
+                        try:
+                            item = await source.__anext__()
+                        except StopAsyncIteration:
+                            break
+                        finally:
+                            unbind_effect(token)
+                        last = item
+                        yield item
+                    value = last
+                except BaseException as exc:
+                    error = exc
+        except BaseException as exc:
+            flights.finish(call.store, call.key, flight)
+            flight.land(error=exc)
+            raise
+        flights.finish(call.store, call.key, flight)
+        flight.land(value)
+        if not executed:
+            yield value
+
+
+def _follow(flight: Any, call: Call) -> Any:
+    wait = call.effect.options.wait
+    if not flight.wait(wait):
+        raise InProgress(call.key, name=call.effect.name, waited=wait)
+    call.run.stats.waited += 1
+    return flight.outcome()
+
+
+async def _follow_async(flight: Any, call: Call) -> Any:
+    wait = call.effect.options.wait
+    if not await flight.wait_async(wait):
+        raise InProgress(call.key, name=call.effect.name, waited=wait)
+    call.run.stats.waited += 1
+    return flight.outcome()
+
+
+def _key_params(signature: inspect.Signature, options: EffectOptions, fn: Callable[..., Any]) -> frozenset[str]:
+    names = list(signature.parameters)
+    if options.key_args is not None:
+        missing = [n for n in options.key_args if n not in signature.parameters]
+        if missing:
+            raise ConfigurationError(
+                f"effect {options.name}: key_args names {missing} that {fn.__qualname__} does not take"
+            )
+        return frozenset(options.key_args)
+    return frozenset(n for i, n in enumerate(names) if not (i == 0 and n in _SKIPPED_PARAMS))
+
+
+def _default_name(fn: Callable[..., Any]) -> str:
+    module = getattr(fn, "__module__", None) or "<unknown>"
+    return f"{module}.{fn.__qualname__}".replace("<locals>", "[locals]").replace(":", ".")
+
+
+@overload
+def effect(fn: Callable[P, R], /) -> Effect[P, R]: ...
+
+
+@overload
+def effect(
+    fn: None = None,
+    /,
+    *,
+    name: str | None = None,
+    key: KeyFunction | None = None,
+    key_args: Iterable[str] | None = None,
+    reconcile: ReconcileHook | None = None,
+    reconcile_on: ReconcileOn | str = ReconcileOn.UNKNOWN,
+    lease: float | timedelta = 60.0,
+    wait: float | timedelta = 30.0,
+    retention: float | timedelta = timedelta(days=7),
+    replay_safe: bool = False,
+    on_mismatch: OnMismatch | str = OnMismatch.WARN,
+    maybe_applied: Iterable[type[BaseException] | str] | Callable[[BaseException], bool] | None = None,
+    max_result_bytes: int = 64 * 1024,
+    result_type: Any = FROM_ANNOTATION,
+) -> Callable[[Callable[P, R]], Effect[P, R]]: ...
+
+
+def effect(
+    fn: Callable[P, R] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    key: KeyFunction | None = None,
+    key_args: Iterable[str] | None = None,
+    reconcile: ReconcileHook | None = None,
+    reconcile_on: ReconcileOn | str = ReconcileOn.UNKNOWN,
+    lease: float | timedelta = 60.0,
+    wait: float | timedelta = 30.0,
+    retention: float | timedelta = timedelta(days=7),
+    replay_safe: bool = False,
+    on_mismatch: OnMismatch | str = OnMismatch.WARN,
+    maybe_applied: Iterable[type[BaseException] | str] | Callable[[BaseException], bool] | None = None,
+    max_result_bytes: int = 64 * 1024,
+    result_type: Any = FROM_ANNOTATION,
+) -> Effect[P, R] | Callable[[Callable[P, R]], Effect[P, R]]:
+    """Make a side-effecting function apply at most once per effect key.
+
+    Args:
+        name: a stable name, part of the key; defaults to ``module.qualname``. Name
+            effects explicitly so keys survive a refactor.
+        key: ``key(args, ctx) -> str``: the effect key, from the bound arguments by
+            name and a :class:`~effectq.KeyContext` (run id, ordinal). Defaults to
+            ``run id:name:sha256(canonical JSON of the arguments)``.
+        key_args: only these arguments form the default key (the rest, say a client
+            object, are left out). By default every argument but ``self``/``cls``.
+        reconcile: ``reconcile(key, args, ctx)`` asks the remote system whether an
+            earlier attempt applied: return the found result, or ``None`` for "not
+            applied" (``effectq.Applied(value)`` when the result is ``None``).
+        reconcile_on: ``"unknown"`` (only after an unknown outcome) or ``"always"``
+            (also before every first execution).
+        lease: how long a silent holder keeps the claim; renewed while the function runs.
+        wait: how long a caller waits for the same effect in flight elsewhere before
+            :class:`~effectq.errors.InProgress`.
+        retention: how long a completed result is kept.
+        replay_safe: the remote side dedupes by ``current_effect().idempotency_key``,
+            so an unknown outcome may be re-executed with the same key.
+        on_mismatch: ``"warn"`` or ``"raise"`` when a key (from a key function) was
+            recorded with a different input.
+        maybe_applied: exceptions meaning "maybe applied" (classes or qualified
+            names, or a predicate); default :data:`effectq.options.MAYBE_APPLIED`.
+        max_result_bytes: a result larger than this (as JSON) is recorded as applied
+            without its result.
+        result_type: the type results are recorded and replayed as; defaults to the
+            return annotation.
+    """
+    options = EffectOptions(
+        name="",
+        key=key,
+        key_args=None if key_args is None else tuple(key_args),
+        reconcile=reconcile,
+        reconcile_on=_enum(ReconcileOn, reconcile_on, "reconcile_on"),
+        lease=seconds(lease, option="lease"),
+        wait=seconds(wait, option="wait", allow_zero=True),
+        retention=seconds(retention, option="retention"),
+        replay_safe=bool(replay_safe),
+        on_mismatch=_enum(OnMismatch, on_mismatch, "on_mismatch"),
+        maybe_applied=classifier(maybe_applied),
+        max_result_bytes=_positive_int(max_result_bytes, "max_result_bytes"),
+        result_type=result_type,
+    )
+    if key is not None and not callable(key):
+        raise ConfigurationError(f"key must be a function (args, ctx) -> str, not {key!r}")
+    if reconcile is not None and not callable(reconcile):
+        raise ConfigurationError(f"reconcile must be a function (key, args, ctx) -> result, not {reconcile!r}")
+    if options.reconcile_on is ReconcileOn.ALWAYS and reconcile is None:
+        raise ConfigurationError('reconcile_on="always" needs a reconcile hook')
+
+    def decorate(func: Callable[P, R]) -> Effect[P, R]:
+        if not callable(func):
+            raise ConfigurationError(f"@effect decorates a function, not {func!r}")
+        chosen = check_name(name if name is not None else _default_name(func))
+        return Effect(func, _with_name(options, chosen))
+
+    if fn is not None:
+        return decorate(fn)
+    return decorate
+
+
+def _with_name(options: EffectOptions, name: str) -> EffectOptions:
+    from dataclasses import replace
+
+    return replace(options, name=name)
+
+
+def _enum(cls: Any, value: Any, option: str) -> Any:
+    try:
+        return cls(value)
+    except ValueError:
+        choices = ", ".join(repr(m.value) for m in cls)
+        raise ConfigurationError(f"{option} must be one of {choices}, not {value!r}") from None
+
+
+def _positive_int(value: Any, option: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise ConfigurationError(f"{option} must be a positive integer, not {value!r}")
+    return value

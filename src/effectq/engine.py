@@ -1,0 +1,579 @@
+"""The effect procedure: claim, then replay, wait, reconcile or execute, then record.
+
+The procedure is written once, as a generator that *yields operations* (a store
+primitive, a wait, the function itself) and receives their results. Drivers
+run it: :func:`drive_sync` calls everything directly, :func:`drive_async`
+awaits (store calls go to a worker thread, so a slow Redis never blocks the
+event loop), and the streaming drivers in :mod:`effectq.effect` iterate
+generator effects. One state machine serves sync, async and generator effects.
+
+Round trips on a store where each primitive is one: a first-time effect costs
+two (claim, complete), a replay one (claim).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import itertools
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable, Generator
+from typing import TYPE_CHECKING, Any
+
+from .codec import DecodeError
+from .context import EffectContext
+from .errors import (
+    CorruptRecordError,
+    InProgress,
+    InputMismatchError,
+    OutcomeUnknown,
+    ReconcileError,
+    ResultDecodeError,
+    ResultNotRecordedError,
+    StoreError,
+    describe_exception,
+)
+from .heartbeat import heartbeat
+from .keys import idempotency_key
+from .options import OnMismatch
+from .store.base import Claim, ClaimKind, ClaimRequest, ResultState, Status
+
+if TYPE_CHECKING:
+    from .effect import Effect
+    from .runs import Run
+    from .store.base import Store
+
+__all__ = [
+    "Applied",
+    "Call",
+    "InvokeOp",
+    "procedure",
+    "drive_sync",
+    "drive_async",
+    "run_op_sync",
+    "run_op_async",
+    "new_owner",
+]
+
+log_claim = logging.getLogger("effectq.claim")
+log_replay = logging.getLogger("effectq.replay")
+log_wait = logging.getLogger("effectq.wait")
+log_complete = logging.getLogger("effectq.complete")
+log_release = logging.getLogger("effectq.release")
+log_unknown = logging.getLogger("effectq.unknown")
+log_reconcile = logging.getLogger("effectq.reconcile")
+
+MAX_BLOCK = 2.0
+"""Longest single wait for a notification before re-checking the store (a missed
+notification costs at most this much latency)."""
+
+COMPLETE_RETRIES = (0.05, 0.2, 0.5)
+"""Pauses between inline retries of a completion the store failed to take."""
+
+_HOST = socket.gethostname()
+_owners = itertools.count(1)
+
+
+def new_owner() -> str:
+    """A unique id of one call: ``host:pid:n``."""
+    return f"{_HOST}:{os.getpid()}:{next(_owners)}"
+
+
+class Applied:
+    """What a reconcile hook returns to say "applied" for an effect whose result is ``None``.
+
+    A hook returns the found result, or ``None`` for "not applied". When the
+    result itself is ``None`` (or when the found value is not the result), return
+    ``effectq.Applied(value)``.
+    """
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any = None) -> None:
+        self.value = value
+
+    def __repr__(self) -> str:
+        return f"Applied({self.value!r})"
+
+
+class Call:
+    """Everything one call of an effect needs, computed before anything is claimed."""
+
+    __slots__ = ("effect", "run", "store", "key", "input_hash", "arguments", "ordinal", "request")
+
+    def __init__(
+        self,
+        effect: Effect[..., Any],
+        run: Run,
+        store: Store,
+        key: str,
+        input_hash: str,
+        arguments: dict[str, Any],
+        ordinal: int,
+        request: ClaimRequest,
+    ) -> None:
+        self.effect = effect
+        self.run = run
+        self.store = store
+        self.key = key
+        self.input_hash = input_hash
+        self.arguments = arguments
+        self.ordinal = ordinal
+        self.request = request
+
+    def context(self, token: int, attempt: int, lease: Any = None) -> EffectContext:
+        return EffectContext(
+            key=self.key,
+            idempotency_key=idempotency_key(self.store.namespace, self.key),
+            run_id=self.run.id,
+            name=self.effect.name,
+            attempt=attempt,
+            namespace=self.store.namespace,
+            token=token,
+            ordinal=self.ordinal,
+            args=self.arguments,
+            _lease=lease,
+        )
+
+
+# -- operations the procedure yields ------------------------------------------------------
+
+
+class StoreOp:
+    __slots__ = ("fn", "args", "kwargs")
+
+    def __init__(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
+        self.fn, self.args, self.kwargs = fn, args, kwargs
+
+
+class WatchOp:
+    __slots__ = ("store", "key")
+
+    def __init__(self, store: Store, key: str) -> None:
+        self.store, self.key = store, key
+
+
+class BlockOp:
+    __slots__ = ("watch", "timeout")
+
+    def __init__(self, watch: Any, timeout: float) -> None:
+        self.watch, self.timeout = watch, timeout
+
+
+class InvokeOp:
+    __slots__ = ("ctx",)
+
+    def __init__(self, ctx: EffectContext) -> None:
+        self.ctx = ctx
+
+
+class ReconcileOp:
+    __slots__ = ("call", "ctx")
+
+    def __init__(self, call: Call, ctx: EffectContext) -> None:
+        self.call, self.ctx = call, ctx
+
+
+class SleepOp:
+    __slots__ = ("seconds",)
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+
+Op = StoreOp | WatchOp | BlockOp | InvokeOp | ReconcileOp | SleepOp
+Procedure = Generator[Op, Any, tuple[Any, bool]]
+_NOT_FOUND = object()
+
+
+def is_crash(exc: BaseException) -> bool:
+    """A simulated process death: no store write may follow it (see effectq.testing)."""
+    return getattr(exc, "effectq_crash", False) is True
+
+
+# -- the procedure ----------------------------------------------------------------------
+
+
+def procedure(call: Call) -> Procedure:
+    """Claim the effect and do what the claim says. Returns (value, executed)."""
+    effect, store, key = call.effect, call.store, call.key
+    options = effect.options
+    started: float | None = None
+    watch: Any = None
+    try:
+        while True:
+            claim: Claim = yield StoreOp(store.claim, key, call.request)
+            kind = claim.kind
+            if kind is ClaimKind.COMPLETED:
+                return _replay(call, claim), False
+            if kind is ClaimKind.CLAIMED:
+                token, attempt = claim.token, claim.attempt
+                break
+            if kind is ClaimKind.RECONCILE:
+                found = yield from _reconcile(call, claim)
+                if found is not _NOT_FOUND:
+                    return found, False
+                attempt = yield StoreOp(store.dispatch, key, claim.token, lease_ms=options.lease_ms)
+                if not attempt:
+                    log_reconcile.warning("effectq lost the claim of %s after reconcile; looking again", key)
+                    continue
+                token = claim.token
+                break
+            if kind is ClaimKind.IN_FLIGHT:
+                now = time.monotonic()
+                if started is None:
+                    started = now
+                    call.run.stats.waited += 1
+                    log_wait.debug("effectq %s in flight (holder %s); waiting", key, claim.owner)
+                remaining = options.wait - (now - started)
+                if remaining <= 0:
+                    call.run.stats.failed += 1
+                    raise InProgress(key, name=effect.name, waited=now - started, owner=claim.owner)
+                if watch is None:  # subscribe, then look again: no notification is missed
+                    watch = yield WatchOp(store, key)
+                    continue
+                yield BlockOp(watch, min(remaining, claim.lease_ms / 1000.0 + 0.05, MAX_BLOCK))
+                continue
+            # UNKNOWN: may have applied, and this caller may neither reconcile nor replay.
+            call.run.stats.failed += 1
+            raise OutcomeUnknown(
+                key,
+                name=effect.name,
+                reason=claim.error,
+                record=None,
+                namespace=store.namespace,
+            )
+    finally:
+        if watch is not None:
+            watch.close()
+    if claim.status is Status.DISPATCHED and claim.kind is ClaimKind.CLAIMED and claim.error:
+        log_unknown.warning(
+            "effectq re-executing %s after an unknown outcome (%s): replay_safe, so the remote side "
+            "dedupes by idempotency key",
+            key,
+            claim.error,
+        )
+    return (yield from _execute(call, token, attempt)), True
+
+
+def _replay(call: Call, claim: Claim) -> Any:
+    effect = call.effect
+    if call.input_hash and claim.input_hash and call.input_hash != claim.input_hash:
+        if effect.options.on_mismatch is OnMismatch.RAISE:
+            raise InputMismatchError(
+                call.key, name=effect.name, recorded_hash=claim.input_hash, input_hash=call.input_hash
+            )
+        log_replay.warning(
+            "effectq %s key %s was recorded with a different input (%s, now %s); returning the "
+            "recorded result",
+            effect.name,
+            call.key,
+            claim.input_hash[:12],
+            call.input_hash[:12],
+        )
+    call.run.stats.replayed += 1
+    log_replay.debug("effectq replay %s", call.key)
+    if claim.result_state is not ResultState.STORED:
+        raise ResultNotRecordedError(call.key, name=effect.name, reason=claim.result_state.value)
+    if claim.result is None:
+        raise CorruptRecordError(call.key, "completed without a result")
+    try:
+        return effect.codec.decode(claim.result)
+    except DecodeError as exc:
+        raise ResultDecodeError(call.key, name=effect.name, detail=str(exc).splitlines()[0]) from exc
+
+
+def _reconcile(call: Call, claim: Claim) -> Generator[Op, Any, Any]:
+    """Ask the remote system (the caller holds a reconcile lease). Returns the found value or _NOT_FOUND."""
+    effect, store, key = call.effect, call.store, call.key
+    options = effect.options
+    lease = heartbeat.hold(store, key, claim.token, options.lease_ms)
+    ctx = call.context(claim.token, claim.attempt, lease)
+    try:
+        found = yield ReconcileOp(call, ctx)
+    except BaseException as exc:
+        heartbeat.drop(lease)
+        if is_crash(exc) or not isinstance(exc, Exception):
+            raise
+        yield from _write(
+            "release",
+            call,
+            store.release,
+            key,
+            claim.token,
+            error=f"reconcile raised {describe_exception(exc)}",
+            retention_ms=options.retention_ms,
+        )
+        log_reconcile.warning("effectq reconcile of %s raised %s", key, describe_exception(exc))
+        call.run.stats.failed += 1
+        if claim.status is Status.UNKNOWN:
+            raise OutcomeUnknown(
+                key,
+                name=effect.name,
+                reason=f"{claim.error}; reconcile raised {describe_exception(exc, 200)}",
+                namespace=store.namespace,
+            ) from exc
+        raise ReconcileError(key, name=effect.name) from exc
+    heartbeat.drop(lease)
+    if found is None:
+        log_reconcile.info("effectq reconcile of %s: not applied; executing", key)
+        return _NOT_FOUND
+    if isinstance(found, Applied):
+        found = found.value
+    try:
+        value = effect.codec.coerce(found)
+    except DecodeError as exc:
+        log_reconcile.warning(
+            "effectq reconcile of %s found a value that does not validate as the return type (%s); "
+            "recording it as found",
+            key,
+            str(exc).splitlines()[0],
+        )
+        value = found
+    yield from _record(call, claim.token, value)
+    call.run.stats.reconciled += 1
+    log_reconcile.info("effectq reconcile of %s: already applied; recorded", key)
+    return value
+
+
+def _execute(call: Call, token: int, attempt: int) -> Generator[Op, Any, Any]:
+    effect, store, key = call.effect, call.store, call.key
+    options = effect.options
+    lease = heartbeat.hold(store, key, token, options.lease_ms)
+    try:
+        value = yield InvokeOp(call.context(token, attempt, lease))
+    except BaseException as exc:
+        heartbeat.drop(lease)
+        call.run.stats.failed += 1
+        if is_crash(exc):
+            raise
+        if options.maybe_applied(exc):
+            log_unknown.error(
+                "effectq %s raised %s, which may mean it applied: recorded as unknown (key %s)",
+                effect.name,
+                describe_exception(exc),
+                key,
+            )
+            yield from _write(
+                "mark_unknown", call, store.mark_unknown, key, token, error=describe_exception(exc)
+            )
+        else:
+            log_release.info(
+                "effectq %s raised %s: not applied, released (key %s)", effect.name, type(exc).__name__, key
+            )
+            yield from _write(
+                "release",
+                call,
+                store.release,
+                key,
+                token,
+                error=describe_exception(exc),
+                retention_ms=options.retention_ms,
+            )
+        raise
+    heartbeat.drop(lease)
+    call.run.stats.executed += 1
+    yield from _record(call, token, value)
+    return value
+
+
+def _record(call: Call, token: int, value: Any) -> Generator[Op, Any, None]:
+    effect, store, key = call.effect, call.store, call.key
+    options = effect.options
+    data, state, why = effect.codec.encode(value, options.max_result_bytes)
+    if state is not ResultState.STORED:
+        log_complete.warning(
+            "effectq %s applied but its result is not recorded (%s); a replay will raise "
+            "ResultNotRecordedError (key %s)",
+            effect.name,
+            why,
+            key,
+        )
+    kwargs = {"result": data, "result_state": state, "retention_ms": options.retention_ms}
+    for pause in (*COMPLETE_RETRIES, None):
+        try:
+            recorded = yield StoreOp(store.complete, key, token, **kwargs)
+        except StoreError as exc:
+            if pause is not None:
+                yield SleepOp(pause)
+                continue
+            log_complete.error(
+                "effectq %s applied but recording it failed (%s); retrying in the background. "
+                "Until it lands, the next call of %s sees it in flight, then unknown.",
+                effect.name,
+                exc,
+                key,
+            )
+            heartbeat.defer(
+                lambda: store.complete(key, token, **kwargs),  # type: ignore[arg-type]
+                f"complete of {key}",
+                for_seconds=max(3600.0, options.lease),
+            )
+            return
+        if not recorded:
+            log_complete.error(
+                "effectq %s applied, but its claim of %s (token %s) was taken over or settled by "
+                "someone else meanwhile; their record stands. If it says 'not applied', the effect "
+                "may now apply twice: check the remote system.",
+                effect.name,
+                key,
+                token,
+            )
+        return
+
+
+def _write(what: str, call: Call, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Generator[Op, Any, None]:
+    """A transition after a failure: a store error is logged and retried in the background."""
+    try:
+        done = yield StoreOp(fn, *args, **kwargs)
+    except StoreError as exc:
+        log_release.error("effectq %s of %s failed (%s); retrying in the background", what, call.key, exc)
+        heartbeat.defer(lambda: fn(*args, **kwargs), f"{what} of {call.key}")
+        return
+    if not done:
+        log_release.warning("effectq %s of %s: the claim was taken over meanwhile", what, call.key)
+
+
+# -- drivers ----------------------------------------------------------------------------
+
+
+class _SyncWatch:
+    """A subscription whose notifications wake a blocked thread."""
+
+    __slots__ = ("_event", "_unsubscribe")
+
+    def __init__(self, store: Store, key: str) -> None:
+        self._event = threading.Event()
+        self._unsubscribe = store.watch(key, self._event.set)
+
+    def block(self, timeout: float) -> None:
+        self._event.wait(timeout)
+        self._event.clear()
+
+    def close(self) -> None:
+        self._unsubscribe()
+
+
+class _AsyncWatch:
+    """A subscription whose notifications wake an awaiting task, never blocking the loop."""
+
+    __slots__ = ("_event", "_unsubscribe", "_loop")
+
+    def __init__(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._event = asyncio.Event()
+        self._unsubscribe: Callable[[], None] = lambda: None
+
+    def _notify(self) -> None:
+        try:
+            self._loop.call_soon_threadsafe(self._event.set)
+        except RuntimeError:  # the loop closed meanwhile
+            pass
+
+    async def open(self, store: Store, key: str) -> _AsyncWatch:
+        self._unsubscribe = await asyncio.to_thread(store.watch, key, self._notify)
+        return self
+
+    async def block(self, timeout: float) -> None:
+        try:
+            await asyncio.wait_for(self._event.wait(), timeout)
+        except TimeoutError:
+            pass
+        self._event.clear()
+
+    def close(self) -> None:
+        self._unsubscribe()
+
+
+def run_op_sync(op: Op) -> Any:
+    """Carry out one operation other than invoking the function, blocking."""
+    kind = type(op)
+    if kind is StoreOp:
+        return op.fn(*op.args, **op.kwargs)  # type: ignore[union-attr]
+    if kind is WatchOp:
+        return _SyncWatch(op.store, op.key)  # type: ignore[union-attr]
+    if kind is BlockOp:
+        return op.watch.block(op.timeout)  # type: ignore[union-attr]
+    if kind is ReconcileOp:
+        return _reconcile_sync(op)  # type: ignore[arg-type]
+    if kind is SleepOp:
+        return time.sleep(op.seconds)  # type: ignore[union-attr]
+    raise TypeError(f"not an operation: {op!r}")  # pragma: no cover
+
+
+def drive_sync(proc: Procedure, invoke: Callable[[EffectContext], Any]) -> tuple[Any, bool]:
+    """Run the procedure, calling store primitives and the function directly."""
+    value: Any = None
+    error: BaseException | None = None
+    while True:
+        try:
+            op = proc.send(value) if error is None else proc.throw(error)
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+        value = error = None
+        try:
+            value = invoke(op.ctx) if type(op) is InvokeOp else run_op_sync(op)  # type: ignore[union-attr]
+        except BaseException as exc:
+            error = exc
+
+
+def _reconcile_sync(op: ReconcileOp) -> Any:
+    hook = op.call.effect.options.reconcile
+    assert hook is not None
+    found = hook(op.call.key, op.call.arguments, op.ctx)
+    if inspect.isawaitable(found):
+        raise TypeError(
+            f"effect {op.call.effect.name} is synchronous but its reconcile hook is async; "
+            f"give it a synchronous hook"
+        )
+    return found
+
+
+async def run_op_async(op: Op) -> Any:
+    """Carry out one operation other than invoking the function, in an event loop."""
+    kind = type(op)
+    if kind is StoreOp:
+        return await asyncio.to_thread(op.fn, *op.args, **op.kwargs)  # type: ignore[union-attr]
+    if kind is WatchOp:
+        return await _AsyncWatch().open(op.store, op.key)  # type: ignore[union-attr]
+    if kind is BlockOp:
+        return await op.watch.block(op.timeout)  # type: ignore[union-attr]
+    if kind is ReconcileOp:
+        return await _reconcile_async(op)  # type: ignore[arg-type]
+    if kind is SleepOp:
+        return await asyncio.sleep(op.seconds)  # type: ignore[union-attr]
+    raise TypeError(f"not an operation: {op!r}")  # pragma: no cover
+
+
+async def drive_async(proc: Procedure, invoke: Callable[[EffectContext], Any]) -> tuple[Any, bool]:
+    """Run the procedure in an event loop: store calls in a worker thread, waits as awaits."""
+    value: Any = None
+    error: BaseException | None = None
+    while True:
+        try:
+            op = proc.send(value) if error is None else proc.throw(error)
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+        value = error = None
+        try:
+            if type(op) is InvokeOp:
+                value = await invoke(op.ctx)  # type: ignore[union-attr]
+            else:
+                value = await run_op_async(op)
+        except BaseException as exc:
+            error = exc
+
+
+async def _reconcile_async(op: ReconcileOp) -> Any:
+    hook = op.call.effect.options.reconcile
+    assert hook is not None
+    if inspect.iscoroutinefunction(hook):
+        return await hook(op.call.key, op.call.arguments, op.ctx)
+    found = await asyncio.to_thread(hook, op.call.key, op.call.arguments, op.ctx)
+    if inspect.isawaitable(found):
+        return await found
+    return found

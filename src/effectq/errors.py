@@ -1,0 +1,244 @@
+"""The exceptions effectq raises.
+
+Every exception derives from :class:`EffectqError`. Failures end in ``Error``;
+expected outcomes (an effect in flight elsewhere, an outcome nobody can know)
+are named for what happened. Each carries its evidence as attributes, so a
+handler (or an operator reading a log line) does not have to parse messages.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .store.base import Record
+
+__all__ = [
+    "EffectqError",
+    "OutcomeUnknown",
+    "InProgress",
+    "StoreError",
+    "CorruptRecordError",
+    "NoActiveRun",
+    "NoActiveEffect",
+    "InvalidInputError",
+    "InvalidKeyError",
+    "InputMismatchError",
+    "ResultNotRecordedError",
+    "ResultDecodeError",
+    "ReconcileError",
+    "ResolveRefusedError",
+    "ConfigurationError",
+]
+
+
+class EffectqError(Exception):
+    """Base class of every exception effectq raises."""
+
+
+class OutcomeUnknown(EffectqError):
+    """Nobody can know whether the effect applied; it will not be replayed silently.
+
+    The effect was dispatched and then its holder died, its lease ran out, or the
+    function raised an exception that means "maybe applied" (a timeout, say). An
+    operator settles it with ``effectq resolve KEY --applied`` or
+    ``--not-applied``; a ``reconcile`` hook settles it automatically.
+
+    Attributes:
+        key: the effect key.
+        name: the effect name.
+        record: the stored record, when it was read.
+        reason: why the outcome is unknown, as recorded.
+    """
+
+    def __init__(
+        self,
+        key: str,
+        *,
+        name: str = "",
+        reason: str = "",
+        record: Record | None = None,
+        namespace: str = "",
+    ) -> None:
+        self.key = key
+        self.name = name
+        self.reason = reason
+        self.record = record
+        self.namespace = namespace
+        ns = f" --namespace {namespace}" if namespace else ""
+        super().__init__(
+            f"effect {name or '?'} may have applied and will not be repeated "
+            f"(key {key!r}; {reason or 'outcome unknown'}). Check the remote system, then "
+            f"settle it with `effectq resolve{ns} '{key}' --applied` or `--not-applied`, "
+            f"or give the effect a reconcile hook."
+        )
+
+
+class InProgress(EffectqError):
+    """The same effect is in flight elsewhere and did not finish within the wait.
+
+    Attributes:
+        key: the effect key.
+        name: the effect name.
+        waited: seconds this caller waited.
+        owner: the holder of the claim (``host:pid:...``), when known.
+    """
+
+    def __init__(self, key: str, *, name: str = "", waited: float = 0.0, owner: str = "") -> None:
+        self.key = key
+        self.name = name
+        self.waited = waited
+        self.owner = owner
+        holder = f" by {owner}" if owner else ""
+        super().__init__(
+            f"effect {name or '?'} is in flight{holder} (key {key!r}); "
+            f"waited {waited:.1f}s for its result"
+        )
+
+
+class StoreError(EffectqError):
+    """The store failed or could not be reached. Not claimed means not run."""
+
+
+class CorruptRecordError(StoreError):
+    """A stored record is not one effectq wrote (wrong type or unknown status).
+
+    Attributes:
+        key: the effect key.
+        detail: what was found.
+    """
+
+    def __init__(self, key: str, detail: str) -> None:
+        self.key = key
+        self.detail = detail
+        super().__init__(
+            f"the record for key {key!r} is corrupt ({detail}); nothing was run. "
+            f"Inspect it with `effectq show '{key}'` before deleting it."
+        )
+
+
+class NoActiveRun(EffectqError):
+    """An effect was called outside ``effectq.run(...)`` (or a task integration)."""
+
+    def __init__(self, name: str = "") -> None:
+        self.name = name
+        what = f"effect {name}" if name else "an effect"
+        super().__init__(
+            f"{what} was called with no run bound; wrap the call in "
+            f"`with effectq.run(run_id, store=store):` or install the Celery/Dramatiq integration. "
+            f"Nothing was run."
+        )
+
+
+class NoActiveEffect(EffectqError, LookupError):
+    """``current_effect()`` was called outside an effect."""
+
+
+class InvalidInputError(EffectqError, TypeError):
+    """An effect's input cannot be canonicalised into a key.
+
+    Attributes:
+        argument: the argument (and path inside it) that could not be canonicalised.
+    """
+
+    def __init__(self, message: str, *, argument: str = "") -> None:
+        self.argument = argument
+        super().__init__(message)
+
+
+class InvalidKeyError(EffectqError, ValueError):
+    """A key function returned something that cannot be an effect key."""
+
+
+class InputMismatchError(EffectqError):
+    """The key was recorded with a different input (raised when ``on_mismatch="raise"``).
+
+    Attributes:
+        key: the effect key.
+        recorded_hash: hash of the recorded input.
+        input_hash: hash of this call's input.
+    """
+
+    def __init__(self, key: str, *, name: str, recorded_hash: str, input_hash: str) -> None:
+        self.key = key
+        self.name = name
+        self.recorded_hash = recorded_hash
+        self.input_hash = input_hash
+        super().__init__(
+            f"effect {name} key {key!r} was recorded with a different input "
+            f"(recorded {recorded_hash[:12]}, now {input_hash[:12]}); not run again"
+        )
+
+
+class ResultNotRecordedError(EffectqError):
+    """The effect applied, but its result was not recorded, so it cannot be replayed.
+
+    Attributes:
+        key: the effect key.
+        reason: why the result was not recorded (too large, not serialisable).
+    """
+
+    def __init__(self, key: str, *, name: str, reason: str) -> None:
+        self.key = key
+        self.name = name
+        self.reason = reason
+        super().__init__(
+            f"effect {name} already applied (key {key!r}) but its result was not recorded "
+            f"({reason}); it will not run again"
+        )
+
+
+class ResultDecodeError(EffectqError):
+    """A recorded result no longer fits the effect's return type.
+
+    Attributes:
+        key: the effect key.
+    """
+
+    def __init__(self, key: str, *, name: str, detail: str) -> None:
+        self.key = key
+        self.name = name
+        super().__init__(
+            f"effect {name} already applied (key {key!r}) but its recorded result does not "
+            f"validate as the return type any more: {detail}"
+        )
+
+
+class ReconcileError(EffectqError):
+    """A reconcile hook raised before a first execution; nothing was run.
+
+    Attributes:
+        key: the effect key.
+    """
+
+    def __init__(self, key: str, *, name: str) -> None:
+        self.key = key
+        self.name = name
+        super().__init__(f"reconcile of effect {name} (key {key!r}) raised; nothing was run")
+
+
+class ResolveRefusedError(EffectqError):
+    """An operator's resolve did not apply: the record is not in doubt (or is gone).
+
+    Attributes:
+        key: the effect key.
+        status: the status found (``None`` when there is no record).
+    """
+
+    def __init__(self, key: str, status: str | None, detail: str = "") -> None:
+        self.key = key
+        self.status = status
+        found = "no record" if status is None else f"status {status}"
+        super().__init__(f"refused to resolve {key!r}: {found}{'; ' + detail if detail else ''}")
+
+
+class ConfigurationError(EffectqError, ValueError):
+    """An option has a value effectq cannot work with."""
+
+
+def describe_exception(exc: BaseException, limit: int = 500) -> str:
+    """One line naming an exception, bounded, for records and logs."""
+    text = f"{type(exc).__module__}.{type(exc).__qualname__}: {exc}"
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+

@@ -1,0 +1,185 @@
+"""Lease renewal and deferred writes: one background thread per process.
+
+A running effect holds a lease; the heartbeat renews it every third of the
+lease, so only a dead or stalled holder loses it. Holding a lease costs a dict
+insert and a heap push: no thread, timer or round trip per call, so a short
+effect pays nothing measurable. The thread starts on the first hold and
+sleeps until the earliest renewal is due.
+
+The same thread retries writes that must not be lost when the store blips
+after a side effect (a completion, a release), with backoff, for as long as
+the process lives.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .store.base import Store
+
+__all__ = ["Lease", "Heartbeat", "heartbeat"]
+
+log = logging.getLogger("effectq.renew")
+repair_log = logging.getLogger("effectq.repair")
+
+
+class Lease:
+    """A lease the heartbeat keeps alive until :meth:`Heartbeat.drop`."""
+
+    __slots__ = ("store", "key", "token", "lease_ms", "due", "active", "lost")
+
+    def __init__(self, store: Store, key: str, token: int, lease_ms: int, due: float) -> None:
+        self.store = store
+        self.key = key
+        self.token = token
+        self.lease_ms = lease_ms
+        self.due = due
+        self.active = True
+        self.lost = False
+
+
+class _Repair:
+    __slots__ = ("write", "what", "attempt", "until")
+
+    def __init__(self, write: Callable[[], object], what: str, until: float) -> None:
+        self.write = write
+        self.what = what
+        self.attempt = 0
+        self.until = until
+
+
+class Heartbeat:
+    """Renews held leases and retries deferred writes, on one daemon thread."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition(threading.Lock())
+        self._leases: dict[int, Lease] = {}
+        self._repairs: list[tuple[float, int, _Repair]] = []
+        self._seq = itertools.count()
+        self._thread: threading.Thread | None = None
+        self._wake_at = float("inf")
+        self._pid = os.getpid()
+
+    def hold(self, store: Store, key: str, token: int, lease_ms: int) -> Lease:
+        """Keep ``key``'s lease (held by ``token``) alive until dropped."""
+        due = time.monotonic() + lease_ms / 3000.0
+        lease = Lease(store, key, token, lease_ms, due)
+        with self._cond:
+            self._check_fork()
+            self._leases[id(lease)] = lease
+            self._wake(due)
+        return lease
+
+    def drop(self, lease: Lease) -> None:
+        """Stop renewing ``lease``."""
+        lease.active = False
+        with self._cond:
+            self._leases.pop(id(lease), None)
+
+    def defer(self, write: Callable[[], object], what: str, *, for_seconds: float = 3600.0) -> None:
+        """Retry ``write`` in the background until it returns, or time runs out."""
+        now = time.monotonic()
+        repair = _Repair(write, what, now + for_seconds)
+        with self._cond:
+            self._check_fork()
+            heapq.heappush(self._repairs, (now + 0.5, next(self._seq), repair))
+            self._wake(now + 0.5)
+
+    def pending(self) -> tuple[int, int]:
+        """(leases held, repairs queued): for tests and stats."""
+        with self._cond:
+            return len(self._leases), len(self._repairs)
+
+    def _check_fork(self) -> None:
+        if self._pid != os.getpid():  # forked: the parent's leases and thread are not ours
+            self._leases.clear()
+            self._repairs.clear()
+            self._thread = None
+            self._wake_at = float("inf")
+            self._pid = os.getpid()
+
+    def _wake(self, due: float) -> None:
+        if self._thread is None or not self._thread.is_alive():
+            self._thread = threading.Thread(target=self._loop, name="effectq-heartbeat", daemon=True)
+            self._thread.start()
+        elif due < self._wake_at:
+            self._cond.notify()
+
+    def _next(self) -> list[Lease | _Repair]:
+        """Wait until something is due; return what is (called with the lock held)."""
+        while True:
+            now = time.monotonic()
+            due: list[Lease | _Repair] = [lease for lease in self._leases.values() if lease.due <= now]
+            while self._repairs and self._repairs[0][0] <= now:
+                due.append(heapq.heappop(self._repairs)[2])
+            if due:
+                self._wake_at = float("inf")
+                return due
+            wake = min((lease.due for lease in self._leases.values()), default=now + 3600.0)
+            if self._repairs:
+                wake = min(wake, self._repairs[0][0])
+            self._wake_at = wake
+            self._cond.wait(wake - now)
+
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                items = self._next()
+                for item in items:  # not due again until renewed or retried
+                    if isinstance(item, Lease):
+                        item.due = float("inf")
+            for item in items:
+                if isinstance(item, Lease):
+                    self._renew(item)
+                else:
+                    self._repair(item)
+
+    def _renew(self, lease: Lease) -> None:
+        try:
+            kept = lease.store.renew(lease.key, lease.token, lease_ms=lease.lease_ms)
+        except Exception as exc:
+            retry = min(1.0, lease.lease_ms / 10000.0)
+            log.warning("effectq renew of %s failed (%s); retrying in %.1fs", lease.key, exc, retry)
+            lease.due = time.monotonic() + retry
+            return
+        if kept:
+            lease.due = time.monotonic() + lease.lease_ms / 3000.0
+            return
+        was_active = lease.active
+        lease.lost = True
+        self.drop(lease)
+        if was_active:
+            log.warning(
+                "effectq lost the lease of %s (token %s): it was taken over or settled; "
+                "this attempt can no longer record its result",
+                lease.key,
+                lease.token,
+            )
+
+    def _repair(self, repair: _Repair) -> None:
+        repair.attempt += 1
+        try:
+            repair.write()
+        except Exception as exc:
+            now = time.monotonic()
+            if now >= repair.until:
+                repair_log.error("effectq gave up %s after %d attempts: %s", repair.what, repair.attempt, exc)
+                return
+            delay = min(30.0, 0.5 * 2**repair.attempt)
+            repair_log.warning("effectq %s failed (%s); retrying in %.0fs", repair.what, exc, delay)
+            with self._cond:
+                heapq.heappush(self._repairs, (now + delay, next(self._seq), repair))
+            return
+        repair_log.info("effectq %s succeeded after %d attempts", repair.what, repair.attempt)
+
+
+heartbeat = Heartbeat()
+"""The process's heartbeat."""

@@ -1,0 +1,146 @@
+"""Effect keys, idempotency keys and effect markers.
+
+An effect key names one application of one effect. The default key is::
+
+    <run id>:<effect name>:<sha256 of the canonical JSON of the bound arguments>
+
+Effect names may not contain ``:``, so the key parses unambiguously from the
+right even when a run id contains colons. A key function may return any other
+non-empty string instead. The store prefixes every key with its namespace.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import uuid
+from collections.abc import Iterator
+from urllib.parse import unquote
+
+from .errors import ConfigurationError, InvalidKeyError
+
+__all__ = [
+    "MAX_KEY_LENGTH",
+    "default_key",
+    "idempotency_key",
+    "effect_marker",
+    "find_markers",
+    "has_marker",
+    "check_key",
+    "check_name",
+    "check_run_id",
+    "check_namespace",
+]
+
+MAX_KEY_LENGTH = 1024
+"""Longest effect key (and run id) accepted, in characters."""
+
+_NAME = re.compile(r"[A-Za-z0-9_.<>/\-\[\]@+]{1,200}")
+_NAMESPACE = re.compile(r"[A-Za-z0-9_.\-/@+]{1,64}")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_IDEMPOTENCY_NS = uuid.UUID("6f0f3d4c-9f6e-5b8e-9a51-0c5e1f3b7d2a")
+
+
+def check_name(name: object) -> str:
+    """Validate an effect name: letters, digits and ``_ . - < > / [ ] @ +``, no ``:``."""
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise ConfigurationError(
+            f"effect name {name!r} is not valid: use 1-200 letters, digits or _.-<>/[]@+ "
+            f"(no ':' or spaces), e.g. name='github.comment'"
+        )
+    return name
+
+
+def check_namespace(namespace: object) -> str:
+    """Validate a namespace: 1-64 letters, digits or ``_ . - / @ +`` (no braces, no ``:``)."""
+    if not isinstance(namespace, str) or not _NAMESPACE.fullmatch(namespace):
+        raise ConfigurationError(
+            f"namespace {namespace!r} is not valid: use 1-64 letters, digits or _.-/@+"
+        )
+    return namespace
+
+
+def check_run_id(run_id: object) -> str:
+    """Validate a run id: a non-empty string without control characters."""
+    if not isinstance(run_id, str) or not run_id:
+        raise ConfigurationError(f"run id must be a non-empty string, not {run_id!r}")
+    if len(run_id) > MAX_KEY_LENGTH or _CONTROL.search(run_id):
+        raise ConfigurationError(
+            f"run id {run_id[:80]!r} is not valid: at most {MAX_KEY_LENGTH} characters, "
+            f"no control characters"
+        )
+    return run_id
+
+
+def check_key(key: object, *, name: str) -> str:
+    """Validate what a key function returned."""
+    if not isinstance(key, str):
+        raise InvalidKeyError(
+            f"the key function of effect {name} returned {type(key).__qualname__}, not str; "
+            f"nothing was run"
+        )
+    if not key.strip():
+        raise InvalidKeyError(f"the key function of effect {name} returned an empty key; nothing was run")
+    if len(key) > MAX_KEY_LENGTH or _CONTROL.search(key):
+        raise InvalidKeyError(
+            f"the key function of effect {name} returned a key over {MAX_KEY_LENGTH} characters "
+            f"or with control characters; nothing was run"
+        )
+    return key
+
+
+def default_key(run_id: str, name: str, input_hash: str) -> str:
+    """The default effect key: ``run id:effect name:input hash``."""
+    return f"{run_id}:{name}:{input_hash}"
+
+
+def idempotency_key(namespace: str, key: str) -> str:
+    """A stable idempotency key for the effect, to hand to a remote API.
+
+    It is a UUID (version 5 layout) derived from the namespace and the effect key,
+    so it fits APIs that cap the length or want a UUID, and the same effect gets
+    the same idempotency key in every attempt, process and redelivery.
+    """
+    return str(uuid.uuid5(_IDEMPOTENCY_NS, f"{namespace}\x00{key}"))
+
+
+def key_digest(namespace: str, key: str) -> str:
+    """The hex digest that locates a key's record (sha256 of namespace and key)."""
+    return hashlib.sha256(f"{namespace}\x00{key}".encode()).hexdigest()
+
+
+# Markers ---------------------------------------------------------------------------------
+
+_MARKER_PREFIX = "<!-- effectq:effect="
+_MARKER = re.compile(r"<!-- effectq:effect=([^\s>]+) -->")
+_UNSAFE = re.compile(r"[\s%<>]|-(?=-)")
+
+
+def _escape(key: str) -> str:
+    return _UNSAFE.sub(lambda m: "".join(f"%{b:02X}" for b in m.group().encode()), key)
+
+
+def _unescape(text: str) -> str:
+    return unquote(text)
+
+
+def effect_marker(key: str) -> str:
+    """A hidden HTML comment naming the effect key: ``<!-- effectq:effect=KEY -->``.
+
+    Embed it in what the effect creates (a comment body, a pull request description,
+    an email header) so a ``reconcile`` hook can find it again with
+    :func:`has_marker` or :func:`find_markers`. Whitespace, ``%``, ``<``, ``>`` and
+    the second dash of ``--`` are percent-encoded, so the comment stays valid HTML.
+    """
+    return f"{_MARKER_PREFIX}{_escape(key)} -->"
+
+
+def find_markers(text: str) -> Iterator[str]:
+    """Yield the effect keys of every effect marker in ``text``, in order."""
+    for match in _MARKER.finditer(text):
+        yield _unescape(match.group(1))
+
+
+def has_marker(text: str, key: str) -> bool:
+    """Whether ``text`` holds the effect marker of ``key``."""
+    return effect_marker(key) in text

@@ -1,0 +1,158 @@
+"""Options of an effect, normalised once at decoration time."""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from .errors import ConfigurationError
+
+__all__ = [
+    "ReconcileOn",
+    "OnMismatch",
+    "Duration",
+    "MAYBE_APPLIED",
+    "seconds",
+    "classifier",
+    "EffectOptions",
+    "FROM_ANNOTATION",
+]
+
+Duration = float | int | timedelta
+"""Seconds, or a ``timedelta``."""
+
+
+class ReconcileOn(enum.StrEnum):
+    """When a ``reconcile`` hook is asked whether the effect already applied."""
+
+    UNKNOWN = "unknown"
+    """Only when the outcome of an earlier attempt is unknown (the default)."""
+    ALWAYS = "always"
+    """Also before every first execution (read-before-write), at one extra round trip."""
+
+
+class OnMismatch(enum.StrEnum):
+    """What to do when a key was recorded with a different input (key functions only)."""
+
+    WARN = "warn"
+    """Return the recorded result and log a warning (the default)."""
+    RAISE = "raise"
+    """Raise :class:`~effectq.errors.InputMismatchError`."""
+
+
+MAYBE_APPLIED: tuple[str, ...] = (
+    "builtins.TimeoutError",
+    "builtins.ConnectionResetError",
+    "builtins.ConnectionAbortedError",
+    "builtins.BrokenPipeError",
+    "billiard.exceptions.SoftTimeLimitExceeded",
+    "billiard.exceptions.TimeLimitExceeded",
+    "dramatiq.threading.Interrupt",
+    "requests.exceptions.ReadTimeout",
+    "requests.exceptions.ChunkedEncodingError",
+    "urllib3.exceptions.ReadTimeoutError",
+    "urllib3.exceptions.ProtocolError",
+    "httpx.ReadTimeout",
+    "httpx.WriteTimeout",
+    "httpx.RemoteProtocolError",
+    "aiohttp.client_exceptions.ServerTimeoutError",
+    "aiohttp.client_exceptions.ServerDisconnectedError",
+)
+"""Exceptions that mean "maybe applied", by qualified class name (subclasses match).
+
+Any other ``Exception`` means "not applied": the record is released and the next
+call applies the effect. A ``BaseException`` that is not an ``Exception``
+(``KeyboardInterrupt``, ``SystemExit``, ``asyncio.CancelledError``, Dramatiq's
+``TimeLimitExceeded`` and ``Shutdown``) also means "maybe applied". Celery's
+``SoftTimeLimitExceeded`` is billiard's. Names are matched without importing
+the libraries.
+"""
+
+
+class _FromAnnotation:
+    """The recorded type is the function's return annotation."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "FROM_ANNOTATION"
+
+
+FROM_ANNOTATION: Any = _FromAnnotation()
+
+
+def seconds(value: Duration, *, option: str, allow_zero: bool = False) -> float:
+    """Normalise a duration option to seconds, refusing nonsense with a clear error."""
+    if isinstance(value, timedelta):
+        result = value.total_seconds()
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        result = float(value)
+    else:
+        raise ConfigurationError(f"{option} must be seconds or a timedelta, not {value!r}")
+    if math.isnan(result) or math.isinf(result) or result < 0 or (result == 0 and not allow_zero):
+        raise ConfigurationError(f"{option} must be a positive duration, not {value!r}")
+    return result
+
+
+def _qualname(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def classifier(
+    spec: Iterable[type[BaseException] | str] | Callable[[BaseException], bool] | None,
+) -> Callable[[BaseException], bool]:
+    """Build the "maybe applied?" test from types, qualified names, or a callable."""
+    if spec is None:
+        spec = MAYBE_APPLIED
+    if callable(spec) and not isinstance(spec, type):
+        return spec  # type: ignore[return-value]
+    names: set[str] = set()
+    types: list[type[BaseException]] = []
+    for item in spec:  # type: ignore[union-attr]
+        if isinstance(item, str):
+            names.add(item)
+        elif isinstance(item, type) and issubclass(item, BaseException):
+            types.append(item)
+        else:
+            raise ConfigurationError(f"maybe_applied takes exception classes or qualified names, not {item!r}")
+    frozen_types = tuple(types)
+
+    def maybe_applied(exc: BaseException) -> bool:
+        if not isinstance(exc, Exception):
+            return True
+        if frozen_types and isinstance(exc, frozen_types):
+            return True
+        return any(_qualname(cls) in names for cls in type(exc).__mro__)
+
+    return maybe_applied
+
+
+@dataclass(frozen=True, slots=True)
+class EffectOptions:
+    """The options of one effect, in seconds and enums (see :func:`effectq.effect`)."""
+
+    name: str
+    key: Callable[[dict[str, Any], Any], str] | None = None
+    key_args: tuple[str, ...] | None = None
+    reconcile: Callable[..., Any] | None = None
+    reconcile_on: ReconcileOn = ReconcileOn.UNKNOWN
+    lease: float = 60.0
+    wait: float = 30.0
+    retention: float = 7 * 24 * 3600.0
+    replay_safe: bool = False
+    on_mismatch: OnMismatch = OnMismatch.WARN
+    maybe_applied: Callable[[BaseException], bool] = classifier(None)
+    max_result_bytes: int = 64 * 1024
+    result_type: Any = FROM_ANNOTATION
+
+    @property
+    def lease_ms(self) -> int:
+        return max(1, int(self.lease * 1000))
+
+    @property
+    def retention_ms(self) -> int:
+        return max(1, int(self.retention * 1000))

@@ -1,0 +1,173 @@
+"""Runs: the unit of work (a task, a message, an agent run) effects are keyed by.
+
+A run is bound with ``with effectq.run(run_id, store=store):`` (or ``async with``)
+or by the Celery and Dramatiq integrations, which use the task id / message id.
+The binding lives in a :class:`contextvars.ContextVar`, so it follows asyncio
+tasks and never leaks between tasks of one worker process. Threads you start
+yourself do not inherit it: run them in ``contextvars.copy_context()``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections.abc import Mapping
+from contextvars import ContextVar, Token
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any
+
+from .errors import ConfigurationError, NoActiveRun
+from .keys import check_run_id
+from .store.base import Store
+
+__all__ = [
+    "Run",
+    "RunStats",
+    "RunScope",
+    "run",
+    "current_run",
+    "active_run",
+    "set_default_store",
+    "get_default_store",
+]
+
+_current: ContextVar[Run | None] = ContextVar("effectq.run", default=None)
+_default_store: Store | None = None
+_default_lock = threading.Lock()
+
+
+@dataclass(slots=True)
+class RunStats:
+    """What happened to the effects of one run, for logs and integrations."""
+
+    executed: int = 0
+    """Effects applied by this run (the function ran and returned)."""
+    replayed: int = 0
+    """Effects short-circuited with a recorded result."""
+    waited: int = 0
+    """Calls that waited for the same effect in flight elsewhere."""
+    reconciled: int = 0
+    """Effects a reconcile hook found already applied."""
+    failed: int = 0
+    """Calls that raised (the function, or an unknown / in-progress outcome)."""
+
+
+class Run:
+    """One bound run.
+
+    Attributes:
+        id: the run id (task id, message id, or a business key).
+        store: where this run's effects are recorded.
+        metadata: whatever the binder attached (task name, delivery info, ...).
+        stats: counters of what the run's effects did.
+    """
+
+    __slots__ = ("id", "store", "metadata", "stats", "_ordinals", "_seq", "_lock")
+
+    def __init__(self, run_id: str, store: Store, metadata: Mapping[str, Any] | None = None) -> None:
+        self.id = check_run_id(run_id)
+        self.store = store
+        self.metadata: Mapping[str, Any] = dict(metadata or {})
+        self.stats = RunStats()
+        self._ordinals: dict[str, itertools.count[int]] = {}
+        self._seq = itertools.count()
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"Run({self.id!r}, store={self.store!r})"
+
+    def next_ordinal(self, name: str) -> tuple[int, int]:
+        """(how many calls of ``name`` came before in this run, how many calls of any effect)."""
+        counter = self._ordinals.get(name)
+        if counter is None:
+            with self._lock:
+                counter = self._ordinals.setdefault(name, itertools.count())
+        return next(counter), next(self._seq)
+
+
+class RunScope:
+    """Binds a :class:`Run` for a ``with`` or ``async with`` block (see :func:`run`)."""
+
+    __slots__ = ("_run", "_token")
+
+    def __init__(self, bound: Run) -> None:
+        self._run = bound
+        self._token: Token[Run | None] | None = None
+
+    @property
+    def run(self) -> Run:
+        return self._run
+
+    def __enter__(self) -> Run:
+        if self._token is not None:
+            raise RuntimeError("this run scope is already entered; call effectq.run() again")
+        self._token = _current.set(self._run)
+        return self._run
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        token, self._token = self._token, None
+        if token is not None:
+            _current.reset(token)
+
+    async def __aenter__(self) -> Run:
+        return self.__enter__()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.__exit__(exc_type, exc, tb)
+
+
+def run(run_id: str, *, store: Store | None = None, **metadata: Any) -> RunScope:
+    """Bind a run: every effect called inside is keyed by ``run_id``.
+
+    Args:
+        run_id: the identity of this unit of work, stable across redeliveries
+            (a task id, a message id, or a business key such as ``"order:42"``).
+        store: where effects are recorded; defaults to :func:`set_default_store`'s.
+        **metadata: kept on the run for integrations and logs.
+
+    Example:
+        >>> with effectq.run("welcome-email:42", store=store):
+        ...     send_email("a@example.com", "Welcome")
+    """
+    chosen = store if store is not None else get_default_store()
+    if chosen is None:
+        raise ConfigurationError(
+            "effectq.run() needs a store: pass store=..., or call effectq.set_default_store(...) once"
+        )
+    return RunScope(Run(run_id, chosen, metadata))
+
+
+def current_run() -> Run:
+    """The bound run; raises :class:`~effectq.errors.NoActiveRun` outside one."""
+    bound = _current.get()
+    if bound is None:
+        raise NoActiveRun()
+    return bound
+
+
+def active_run() -> Run | None:
+    """The bound run, or ``None``."""
+    return _current.get()
+
+
+def set_default_store(store: Store | None) -> None:
+    """Set the store :func:`run` uses when none is passed (``None`` clears it)."""
+    global _default_store
+    with _default_lock:
+        _default_store = store
+
+
+def get_default_store() -> Store | None:
+    """The store set by :func:`set_default_store`, or ``None``."""
+    return _default_store

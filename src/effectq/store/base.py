@@ -1,0 +1,246 @@
+"""The store contract: a narrow set of atomic primitives over effect records.
+
+A store keeps one record per (namespace, effect key) and changes it only through
+the primitives below, each of which is atomic (one Lua script on Redis, one
+critical section in memory). Primitives *return* expected outcomes (completed,
+in flight, unknown, lost a race) and *raise* :class:`~effectq.errors.StoreError`
+only when the store itself fails. The engine above turns outcomes into
+behaviour; keys, hashing and policy never live in a store.
+
+State machine (``docs/protocol.md`` has the timelines)::
+
+               claim                     complete
+    (none) ───────────► DISPATCHED ─────────────────► COMPLETED
+      ▲ release │          │  │ mark_unknown / lease ran out
+      │         ▼          │  └────────────────────► UNKNOWN ──┐
+      └──── RELEASED ◄─────┘ release                   │ ▲      │ claim with reconcile
+                                                       │ └──────┘ (reconcile lease)
+            claim(reconcile_first)      dispatch       │ dispatch / complete
+    (none) ───────────► PENDING ───────► DISPATCHED ◄──┘
+
+Every transition but ``claim`` compares the fencing token the claim handed out,
+so a holder whose claim was taken over cannot write.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Protocol, runtime_checkable
+
+__all__ = [
+    "Status",
+    "ClaimKind",
+    "ResultState",
+    "ClaimRequest",
+    "Claim",
+    "Record",
+    "Store",
+    "Unsubscribe",
+]
+
+
+class Status(enum.StrEnum):
+    """The status of an effect record."""
+
+    PENDING = "pending"
+    """Claimed for a reconcile before a first execution; the function has not run."""
+    DISPATCHED = "dispatched"
+    """Claimed and handed to the function; a live lease means it is running."""
+    COMPLETED = "completed"
+    """Applied; the result is kept for the retention."""
+    RELEASED = "released"
+    """The function raised an exception that means "not applied"; the next call may apply it."""
+    UNKNOWN = "unknown"
+    """Maybe applied: never expires, never replayed silently."""
+
+
+class ClaimKind(enum.Enum):
+    """What a claim found."""
+
+    CLAIMED = "claimed"
+    """The caller holds the claim and must execute (status is now DISPATCHED)."""
+    COMPLETED = "completed"
+    """Already applied; the reply carries the recorded result."""
+    IN_FLIGHT = "in_flight"
+    """Someone else holds a live lease; the reply carries its remaining time."""
+    UNKNOWN = "unknown"
+    """Maybe applied, and this caller may neither reconcile nor replay."""
+    RECONCILE = "reconcile"
+    """The caller holds a lease to ask the remote system (status PENDING or UNKNOWN)."""
+
+
+class ResultState(enum.StrEnum):
+    """Whether a completed record holds its result."""
+
+    STORED = ""
+    TOO_LARGE = "too_large"
+    UNSERIALISABLE = "unserialisable"
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimRequest:
+    """What a caller asks of :meth:`Store.claim`.
+
+    Attributes:
+        lease_ms: lease to take, in milliseconds (judged by the store's clock).
+        owner: a unique id of this call (``host:pid:n``); a retried claim with
+            the same owner gets the same token back instead of a conflict.
+        name: the effect name (kept for operators).
+        run_id: the run id (kept for operators).
+        input_hash: hash of the canonical input, or ``""``; kept to detect
+            "same key, different input".
+        can_reconcile: on UNKNOWN, hand this caller a reconcile lease.
+        replay_safe: on UNKNOWN, re-dispatch to this caller (the remote side dedupes).
+        reconcile_first: a fresh claim starts PENDING and replies RECONCILE.
+        retention_ms: how long a PENDING or RELEASED record is kept.
+    """
+
+    lease_ms: int
+    owner: str
+    name: str = ""
+    run_id: str = ""
+    input_hash: str = ""
+    can_reconcile: bool = False
+    replay_safe: bool = False
+    reconcile_first: bool = False
+    retention_ms: int = 7 * 24 * 3600 * 1000
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """The reply of :meth:`Store.claim`.
+
+    Attributes:
+        kind: what the claim found.
+        token: the fencing token (CLAIMED, RECONCILE; the holder's for the others).
+        attempt: how many times the effect was dispatched, this one included.
+        status: the record's status after the claim.
+        lease_ms: for IN_FLIGHT, the holder's remaining lease.
+        result: for COMPLETED, the recorded result bytes (``None`` when not stored).
+        result_state: for COMPLETED, whether the result was stored.
+        input_hash: the recorded input hash (``""`` when none was recorded).
+        error: for UNKNOWN and RECONCILE, why the outcome is unknown.
+        owner: the holder (IN_FLIGHT) or last holder (UNKNOWN).
+    """
+
+    kind: ClaimKind
+    token: int = 0
+    attempt: int = 0
+    status: Status | None = None
+    lease_ms: int = 0
+    result: bytes | None = None
+    result_state: ResultState = ResultState.STORED
+    input_hash: str = ""
+    error: str = ""
+    owner: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """A whole stored record, for operators and tests.
+
+    Times are the store's clock, in UTC.
+    """
+
+    key: str
+    status: Status
+    token: int
+    attempt: int
+    name: str = ""
+    run_id: str = ""
+    owner: str = ""
+    lease_expires_at: datetime | None = None
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+    error: str = ""
+    result: bytes | None = None
+    result_state: ResultState = ResultState.STORED
+    input_hash: str = ""
+    expires_at: datetime | None = None
+
+    @property
+    def lease_live(self) -> bool:
+        """Whether a lease is held and has not run out (by the reading's clock)."""
+        if self.lease_expires_at is None:
+            return False
+        return self.lease_expires_at > datetime.now(self.lease_expires_at.tzinfo)
+
+    @property
+    def in_doubt(self) -> bool:
+        """UNKNOWN, or DISPATCHED with a lease that ran out (its holder is gone)."""
+        if self.status is Status.UNKNOWN:
+            return True
+        return self.status is Status.DISPATCHED and not self.lease_live
+
+
+Unsubscribe = Callable[[], None]
+
+
+@runtime_checkable
+class Store(Protocol):
+    """The primitives every store implements (see :class:`effectq.testing.StoreContract`)."""
+
+    @property
+    def namespace(self) -> str:
+        """The namespace every key of this store lives in."""
+        ...
+
+    def claim(self, key: str, request: ClaimRequest) -> Claim:
+        """Atomically read the record and, when free, claim it."""
+        ...
+
+    def complete(
+        self,
+        key: str,
+        token: int,
+        *,
+        result: bytes | None,
+        result_state: ResultState,
+        retention_ms: int,
+    ) -> bool:
+        """Record the effect as applied. False: the token no longer holds the record."""
+        ...
+
+    def release(self, key: str, token: int, *, error: str, retention_ms: int) -> bool:
+        """Record "not applied" (PENDING/DISPATCHED → RELEASED), or give back a reconcile lease."""
+        ...
+
+    def mark_unknown(self, key: str, token: int, *, error: str) -> bool:
+        """Record "maybe applied" (DISPATCHED → UNKNOWN)."""
+        ...
+
+    def dispatch(self, key: str, token: int, *, lease_ms: int) -> int:
+        """PENDING/UNKNOWN held by ``token`` → DISPATCHED. Returns the attempt, 0 when lost."""
+        ...
+
+    def renew(self, key: str, token: int, *, lease_ms: int) -> bool:
+        """Extend the lease held by ``token``. False: lost."""
+        ...
+
+    def resolve(
+        self,
+        key: str,
+        *,
+        applied: bool,
+        result: bytes | None = None,
+        result_state: ResultState = ResultState.STORED,
+        note: str = "",
+        retention_ms: int,
+    ) -> Record:
+        """Settle a record in doubt (operator). Raises ResolveRefusedError otherwise."""
+        ...
+
+    def get(self, key: str) -> Record | None:
+        """The whole record, or None."""
+        ...
+
+    def watch(self, key: str, callback: Callable[[], None]) -> Unsubscribe:
+        """Call ``callback`` (from any thread) when the record may have left flight.
+
+        Notifications are hints: a waiter re-claims to learn the truth, and bounds
+        every wait, so a missed notification costs latency, never correctness.
+        """
+        ...

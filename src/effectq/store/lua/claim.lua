@@ -1,0 +1,108 @@
+--[[ claim: read an effect record and, when it is free, claim it. One round trip.
+
+Record fields: s status (p pending, d dispatched, c completed, r released, u unknown),
+t fencing token, a attempt, x lease end (ms, Redis clock; 0 none), o owner, n effect name,
+u run id, k effect key, i input hash, v result, f result state, e error, c created, m modified,
+w "a waiter is listening" flag.
+
+KEYS[1] the record (hash)
+KEYS[2] the open index (zset: pending/dispatched records, score = lease end)
+KEYS[3] the doubt index (zset: unknown records, score = when they became unknown)
+ARGV[1] lease, ms
+ARGV[2] owner: unique per call; a retried claim with the same owner gets its grant back
+ARGV[3] flags: "r" may reconcile an unknown, "s" replay safe, "f" reconcile before a first run
+ARGV[4] input hash, or ""
+ARGV[5] effect name        ARGV[6] run id        ARGV[7] effect key
+ARGV[8] retention of a pending record, ms
+
+Reply: {code, token, attempt, status, lease_ms, result, result_state, input_hash, error, owner}
+  code  1 CLAIMED    the caller holds a dispatched claim and must execute
+        2 COMPLETED  result / result_state / input_hash are the recorded ones
+        3 IN_FLIGHT  lease_ms is the holder's remaining lease, owner the holder
+        4 UNKNOWN    maybe applied; error says why
+        5 RECONCILE  the caller holds a lease to ask the remote system (status p or u)
+       -1 CORRUPT    status holds what was found
+]]
+local rec, open, doubt = KEYS[1], KEYS[2], KEYS[3]
+local lease, owner, flags = tonumber(ARGV[1]), ARGV[2], ARGV[3]
+local may_reconcile = string.find(flags, 'r', 1, true) ~= nil
+local replay_safe = string.find(flags, 's', 1, true) ~= nil
+local first = string.find(flags, 'f', 1, true) ~= nil
+local clock = redis.call('TIME')
+local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+
+local r = redis.call('HMGET', rec, 's', 't', 'a', 'x', 'o', 'v', 'f', 'i', 'e')
+local s = r[1]
+local tok, att, x = tonumber(r[2]) or 0, tonumber(r[3]) or 0, tonumber(r[4]) or 0
+local own, ihash, err = r[5] or '', r[8] or '', r[9] or ''
+
+local function grant(status, newtok, newatt, fresh)
+  redis.call('HSET', rec, 's', status, 't', newtok, 'a', newatt, 'x', now + lease, 'o', owner,
+    'n', ARGV[5], 'u', ARGV[6], 'k', ARGV[7], 'm', now)
+  if fresh then
+    redis.call('HSET', rec, 'c', now)
+  else
+    redis.call('HDEL', rec, 'v', 'f', 'e', 'i')
+  end
+  if ARGV[4] ~= '' then redis.call('HSET', rec, 'i', ARGV[4]) end
+  if status == 'p' then redis.call('PEXPIRE', rec, ARGV[8]) else redis.call('PERSIST', rec) end
+  redis.call('ZADD', open, now + lease, rec)
+  if not fresh then redis.call('ZREM', doubt, rec) end
+  local code = 1
+  if status == 'p' then code = 5 end
+  return {code, newtok, newatt, status, lease, false, '', ARGV[4], '', owner}
+end
+
+local function in_flight()
+  redis.call('HSET', rec, 'w', 1)
+  return {3, tok, att, s, x - now, false, '', ihash, '', own}
+end
+
+local function fresh_claim(newtok, newatt, fresh)
+  if first then return grant('p', newtok, newatt, fresh) end
+  return grant('d', newtok, newatt + 1, fresh)
+end
+
+if not s then
+  return fresh_claim(now, 0, true)
+end
+if s == 'c' then
+  return {2, tok, att, s, 0, r[6], r[7] or '', ihash, '', ''}
+end
+if s == 'r' then
+  return fresh_claim(tok + 1, att, false)
+end
+if s ~= 'p' and s ~= 'd' and s ~= 'u' then
+  return {-1, tok, att, s, 0, false, '', '', '', ''}
+end
+if x > 0 and own == owner then
+  -- a retried claim of our own: the same grant again
+  local code = 1
+  if s ~= 'd' then code = 5 end
+  return {code, tok, att, s, x - now, false, '', ihash, err, own}
+end
+if s == 'p' then
+  if x > now then return in_flight() end
+  return fresh_claim(tok + 1, att, false) -- the reconciler died before dispatch: nothing ran
+end
+if s == 'd' then
+  if x > now then return in_flight() end
+  err = 'lease expired while dispatched (holder ' .. own .. ')'
+  redis.call('HSET', rec, 's', 'u', 'e', err, 'x', 0, 'm', now)
+  redis.call('ZREM', open, rec)
+  redis.call('ZADD', doubt, now, rec)
+  s, x = 'u', 0
+end
+-- unknown
+if x > now then return in_flight() end
+if may_reconcile then
+  redis.call('HSET', rec, 't', tok + 1, 'x', now + lease, 'o', owner, 'm', now)
+  return {5, tok + 1, att, s, lease, false, '', ihash, err, owner}
+end
+if replay_safe then
+  redis.call('HSET', rec, 's', 'd', 't', tok + 1, 'a', att + 1, 'x', now + lease, 'o', owner, 'm', now)
+  redis.call('ZREM', doubt, rec)
+  redis.call('ZADD', open, now + lease, rec)
+  return {1, tok + 1, att + 1, 'd', lease, false, '', ihash, err, owner}
+end
+return {4, tok, att, s, 0, false, '', ihash, err, own}

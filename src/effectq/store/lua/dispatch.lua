@@ -1,0 +1,24 @@
+--[[ dispatch: after a reconcile found nothing, run the function under the same token.
+
+PENDING/UNKNOWN held by the token -> DISPATCHED, attempt + 1, a fresh lease.
+
+KEYS[1] the record   KEYS[2] the open index   KEYS[3] the doubt index
+ARGV[1] token   ARGV[2] lease, ms
+
+Reply: the attempt number (>= 1); 0 lost: the token no longer holds it.
+]]
+local rec = KEYS[1]
+local r = redis.call('HMGET', rec, 's', 't', 'a')
+local s = r[1]
+if not s or r[2] ~= ARGV[1] then return 0 end
+local att = tonumber(r[3]) or 0
+if s == 'd' then return att end
+if s ~= 'p' and s ~= 'u' then return 0 end
+local clock = redis.call('TIME')
+local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+local lease_end = now + tonumber(ARGV[2])
+redis.call('HSET', rec, 's', 'd', 'a', att + 1, 'x', lease_end, 'm', now)
+redis.call('PERSIST', rec)
+redis.call('ZREM', KEYS[3], rec)
+redis.call('ZADD', KEYS[2], lease_end, rec)
+return att + 1

@@ -1,0 +1,24 @@
+--[[ mark_unknown: the function raised an exception that means "maybe applied". Fenced.
+
+DISPATCHED -> UNKNOWN, which never expires and is never replayed silently.
+
+KEYS[1] the record   KEYS[2] the open index   KEYS[3] the doubt index
+ARGV[1] token   ARGV[2] error (why)   ARGV[3] notification channel
+
+Reply: 1 done (or already unknown under this token); 0 lost.
+]]
+local rec = KEYS[1]
+local r = redis.call('HMGET', rec, 's', 't', 'w')
+local s = r[1]
+if not s or r[2] ~= ARGV[1] then return 0 end
+if s == 'u' then return 1 end
+if s ~= 'd' then return 0 end
+local clock = redis.call('TIME')
+local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+redis.call('HSET', rec, 's', 'u', 'e', ARGV[2], 'x', 0, 'm', now)
+redis.call('HDEL', rec, 'w')
+redis.call('PERSIST', rec)
+redis.call('ZREM', KEYS[2], rec)
+redis.call('ZADD', KEYS[3], now, rec)
+if r[3] then redis.call('PUBLISH', ARGV[3], rec) end
+return 1

@@ -1,0 +1,29 @@
+--[[ release: the function raised an exception that means "not applied". Fenced by the token.
+
+PENDING/DISPATCHED -> RELEASED (kept for the retention; the next call applies the effect).
+UNKNOWN held for a reconcile -> stays UNKNOWN, the reconcile lease is given back.
+
+KEYS[1] the record   KEYS[2] the open index
+ARGV[1] token   ARGV[2] error (why)   ARGV[3] retention, ms   ARGV[4] notification channel
+
+Reply: 1 done; 0 lost: the token no longer holds it.
+]]
+local rec = KEYS[1]
+local r = redis.call('HMGET', rec, 's', 't', 'w')
+local s = r[1]
+if not s or r[2] ~= ARGV[1] then return 0 end
+local clock = redis.call('TIME')
+local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+if s == 'd' or s == 'p' then
+  redis.call('HSET', rec, 's', 'r', 'e', ARGV[2], 'm', now)
+  redis.call('HDEL', rec, 'x', 'o', 'w')
+  redis.call('PEXPIRE', rec, ARGV[3])
+  redis.call('ZREM', KEYS[2], rec)
+elseif s == 'u' then
+  redis.call('HSET', rec, 'x', 0, 'm', now)
+  redis.call('HDEL', rec, 'o', 'w')
+else
+  return 0
+end
+if r[3] then redis.call('PUBLISH', ARGV[4], rec) end
+return 1

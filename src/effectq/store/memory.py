@@ -1,0 +1,384 @@
+"""An in-process store: the reference implementation of the contract.
+
+For tests and single-process programs. It keeps records in a dict behind one
+lock and follows the same state machine as the Lua scripts, transition for
+transition (the hypothesis test in ``tests/test_state_model.py`` holds them to
+one reference model). Nothing survives the process.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from ..errors import ResolveRefusedError
+from ..keys import check_namespace
+from .base import Claim, ClaimKind, ClaimRequest, Record, ResultState, Status, Unsubscribe
+
+__all__ = ["MemoryStore"]
+
+LEASE_EXPIRED = "lease expired while dispatched (holder {owner})"
+
+
+def _dt(ms: int | None) -> datetime | None:
+    return None if not ms else datetime.fromtimestamp(ms / 1000, UTC)
+
+
+@dataclass(slots=True)
+class _Row:
+    status: Status
+    token: int
+    attempt: int
+    lease_until: int  # ms; 0 = no lease
+    owner: str
+    name: str
+    run_id: str
+    created: int
+    updated: int
+    input_hash: str = ""
+    result: bytes | None = None
+    result_state: ResultState = ResultState.STORED
+    error: str = ""
+    expires: int = 0  # ms; 0 = kept until changed
+    watchers: list[Callable[[], None]] = field(default_factory=list)
+
+
+class MemoryStore:
+    """A store in this process's memory.
+
+    Args:
+        namespace: isolates keys; two namespaces never see each other's records.
+        clock: milliseconds since the epoch; injectable so tests can move time.
+    """
+
+    def __init__(self, *, namespace: str = "default", clock: Callable[[], int] | None = None) -> None:
+        self._namespace = check_namespace(namespace)
+        self._clock = clock or (lambda: time.time_ns() // 1_000_000)
+        self._rows: dict[str, _Row] = {}
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"MemoryStore(namespace={self._namespace!r}, records={len(self._rows)})"
+
+    @property
+    def namespace(self) -> str:
+        return self._namespace
+
+    # -- helpers -------------------------------------------------------------------------
+
+    def _row(self, key: str, now: int) -> _Row | None:
+        row = self._rows.get(key)
+        if row is not None and row.expires and row.expires <= now:
+            del self._rows[key]
+            return None
+        return row
+
+    @staticmethod
+    def _notify(row: _Row) -> None:
+        watchers, row.watchers = row.watchers, []
+        for callback in watchers:
+            callback()
+
+    # -- primitives ----------------------------------------------------------------------
+
+    def claim(self, key: str, request: ClaimRequest) -> Claim:
+        with self._lock:
+            now = self._clock()
+            row = self._row(key, now)
+            if row is None:
+                status = Status.PENDING if request.reconcile_first else Status.DISPATCHED
+                row = _Row(
+                    status=status,
+                    token=now,
+                    attempt=0 if request.reconcile_first else 1,
+                    lease_until=now + request.lease_ms,
+                    owner=request.owner,
+                    name=request.name,
+                    run_id=request.run_id,
+                    created=now,
+                    updated=now,
+                    input_hash=request.input_hash,
+                    expires=now + request.retention_ms if request.reconcile_first else 0,
+                )
+                self._rows[key] = row
+                return self._granted(row)
+            status = row.status
+            if status is Status.COMPLETED:
+                return Claim(
+                    ClaimKind.COMPLETED,
+                    token=row.token,
+                    attempt=row.attempt,
+                    status=status,
+                    result=row.result,
+                    result_state=row.result_state,
+                    input_hash=row.input_hash,
+                )
+            if status is Status.RELEASED:
+                return self._reclaim(row, request, now)
+            if row.owner == request.owner and row.lease_until:
+                return self._granted(row)  # a retried claim of our own
+            if status is Status.PENDING:
+                if row.lease_until > now:
+                    return self._in_flight(row, now)
+                return self._reclaim(row, request, now)  # the pre-reconciler died; nothing ran
+            if status is Status.DISPATCHED:
+                if row.lease_until > now:
+                    return self._in_flight(row, now)
+                row.status = Status.UNKNOWN
+                row.error = LEASE_EXPIRED.format(owner=row.owner)
+                row.lease_until = 0
+                row.updated = now
+            # UNKNOWN
+            if row.lease_until > now:
+                return self._in_flight(row, now)
+            if request.can_reconcile:
+                row.token += 1
+                row.lease_until = now + request.lease_ms
+                row.owner = request.owner
+                row.updated = now
+                return self._granted(row)
+            if request.replay_safe:
+                row.token += 1
+                row.attempt += 1
+                row.status = Status.DISPATCHED
+                row.lease_until = now + request.lease_ms
+                row.owner = request.owner
+                row.updated = now
+                return self._granted(row)
+            return Claim(
+                ClaimKind.UNKNOWN,
+                token=row.token,
+                attempt=row.attempt,
+                status=Status.UNKNOWN,
+                error=row.error,
+                owner=row.owner,
+                input_hash=row.input_hash,
+            )
+
+    def _reclaim(self, row: _Row, request: ClaimRequest, now: int) -> Claim:
+        row.token += 1
+        row.status = Status.PENDING if request.reconcile_first else Status.DISPATCHED
+        if row.status is Status.DISPATCHED:
+            row.attempt += 1
+        row.lease_until = now + request.lease_ms
+        row.owner = request.owner
+        row.name, row.run_id = request.name, request.run_id
+        row.input_hash = request.input_hash
+        row.error = ""
+        row.result, row.result_state = None, ResultState.STORED
+        row.expires = now + request.retention_ms if request.reconcile_first else 0
+        row.updated = now
+        return self._granted(row)
+
+    @staticmethod
+    def _granted(row: _Row) -> Claim:
+        kind = ClaimKind.CLAIMED if row.status is Status.DISPATCHED else ClaimKind.RECONCILE
+        return Claim(
+            kind,
+            token=row.token,
+            attempt=row.attempt,
+            status=row.status,
+            error=row.error,
+            input_hash=row.input_hash,
+            owner=row.owner,
+        )
+
+    @staticmethod
+    def _in_flight(row: _Row, now: int) -> Claim:
+        return Claim(
+            ClaimKind.IN_FLIGHT,
+            token=row.token,
+            attempt=row.attempt,
+            status=row.status,
+            lease_ms=row.lease_until - now,
+            owner=row.owner,
+            input_hash=row.input_hash,
+        )
+
+    def complete(
+        self,
+        key: str,
+        token: int,
+        *,
+        result: bytes | None,
+        result_state: ResultState,
+        retention_ms: int,
+    ) -> bool:
+        with self._lock:
+            now = self._clock()
+            row = self._row(key, now)
+            if row is None or row.token != token:
+                return False
+            if row.status is Status.COMPLETED:
+                return True
+            if row.status is Status.RELEASED:
+                return False
+            row.status = Status.COMPLETED
+            row.result = result if result_state is ResultState.STORED else None
+            row.result_state = result_state
+            row.lease_until = 0
+            row.owner = ""
+            row.error = ""
+            row.updated = now
+            row.expires = now + retention_ms
+            self._notify(row)
+            return True
+
+    def release(self, key: str, token: int, *, error: str, retention_ms: int) -> bool:
+        with self._lock:
+            now = self._clock()
+            row = self._row(key, now)
+            if row is None or row.token != token:
+                return False
+            if row.status in (Status.PENDING, Status.DISPATCHED):
+                row.status = Status.RELEASED
+                row.error = error
+                row.expires = now + retention_ms
+            elif row.status is not Status.UNKNOWN:
+                return False
+            row.lease_until = 0
+            row.owner = ""
+            row.updated = now
+            self._notify(row)
+            return True
+
+    def mark_unknown(self, key: str, token: int, *, error: str) -> bool:
+        with self._lock:
+            now = self._clock()
+            row = self._row(key, now)
+            if row is None or row.token != token:
+                return False
+            if row.status is Status.UNKNOWN:
+                return True
+            if row.status is not Status.DISPATCHED:
+                return False
+            row.status = Status.UNKNOWN
+            row.error = error
+            row.lease_until = 0
+            row.updated = now
+            row.expires = 0
+            self._notify(row)
+            return True
+
+    def dispatch(self, key: str, token: int, *, lease_ms: int) -> int:
+        with self._lock:
+            now = self._clock()
+            row = self._row(key, now)
+            if row is None or row.token != token:
+                return 0
+            if row.status is Status.DISPATCHED:
+                return row.attempt
+            if row.status not in (Status.PENDING, Status.UNKNOWN):
+                return 0
+            row.status = Status.DISPATCHED
+            row.attempt += 1
+            row.lease_until = now + lease_ms
+            row.updated = now
+            row.expires = 0
+            return row.attempt
+
+    def renew(self, key: str, token: int, *, lease_ms: int) -> bool:
+        with self._lock:
+            now = self._clock()
+            row = self._row(key, now)
+            if row is None or row.token != token or not row.lease_until:
+                return False
+            if row.status not in (Status.PENDING, Status.DISPATCHED, Status.UNKNOWN):
+                return False
+            row.lease_until = now + lease_ms
+            return True
+
+    def resolve(
+        self,
+        key: str,
+        *,
+        applied: bool,
+        result: bytes | None = None,
+        result_state: ResultState = ResultState.STORED,
+        note: str = "",
+        retention_ms: int,
+    ) -> Record:
+        with self._lock:
+            now = self._clock()
+            row = self._row(key, now)
+            if row is None:
+                raise ResolveRefusedError(key, None)
+            doubtful = row.status is Status.UNKNOWN or (
+                row.status is Status.DISPATCHED and row.lease_until <= now
+            )
+            if not doubtful:
+                raise ResolveRefusedError(key, row.status.value, _refusal(row.status))
+            row.token += 1
+            row.lease_until = 0
+            row.owner = ""
+            row.updated = now
+            row.expires = now + retention_ms
+            row.error = note
+            if applied:
+                row.status = Status.COMPLETED
+                row.result = result if result_state is ResultState.STORED else None
+                row.result_state = result_state
+            else:
+                row.status = Status.RELEASED
+            self._notify(row)
+            return self._record(key, row)
+
+    def get(self, key: str) -> Record | None:
+        with self._lock:
+            row = self._row(key, self._clock())
+            return None if row is None else self._record(key, row)
+
+    def watch(self, key: str, callback: Callable[[], None]) -> Unsubscribe:
+        with self._lock:
+            row = self._rows.get(key)
+            if row is None or row.status not in (Status.PENDING, Status.DISPATCHED, Status.UNKNOWN):
+                callback()
+                return lambda: None
+            row.watchers.append(callback)
+
+        def unsubscribe() -> None:
+            with self._lock:
+                if callback in row.watchers:
+                    row.watchers.remove(callback)
+
+        return unsubscribe
+
+    # -- operators -------------------------------------------------------------------------
+
+    def records(self) -> Iterator[Record]:
+        """Every live record (a snapshot)."""
+        with self._lock:
+            now = self._clock()
+            rows = [(k, self._row(k, now)) for k in list(self._rows)]
+            snapshot = [self._record(k, r) for k, r in rows if r is not None]
+        yield from snapshot
+
+    def _record(self, key: str, row: _Row) -> Record:
+        return Record(
+            key=key,
+            status=row.status,
+            token=row.token,
+            attempt=row.attempt,
+            name=row.name,
+            run_id=row.run_id,
+            owner=row.owner,
+            lease_expires_at=_dt(row.lease_until),
+            created_at=_dt(row.created),
+            updated_at=_dt(row.updated),
+            error=row.error,
+            result=row.result,
+            result_state=row.result_state,
+            input_hash=row.input_hash,
+            expires_at=_dt(row.expires),
+        )
+
+
+def _refusal(status: Status) -> str:
+    if status is Status.COMPLETED:
+        return "it is completed; a completed effect is never re-run or rewritten"
+    if status is Status.RELEASED:
+        return "it is released (not applied); the next call applies it"
+    return "it is in flight with a live lease; wait for it, or for the lease to run out"

@@ -1,0 +1,437 @@
+"""The Redis store: every transition is one Lua script, judged by Redis' clock.
+
+Layout of one namespace (``ns``); ``bb`` is the first byte of the key's digest,
+so a namespace spreads over 256 hash slots and every script touches one::
+
+    effectq:{ns:bb}:<digest>   hash: one effect record
+    effectq:{ns:bb}:open       zset: pending/dispatched records by lease end
+    effectq:{ns:bb}:doubt      zset: unknown records by when they became unknown
+    effectq:{ns}:notify        pub/sub channel: a record left flight (only when waited on)
+
+The scripts live in ``lua/`` (one file per operation, each opening with its
+contract) and are registered per store instance; redis-py's ``Script`` reloads
+them after a ``SCRIPT FLUSH`` or a failover.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from datetime import UTC, datetime
+from importlib import resources
+from typing import TYPE_CHECKING, Any
+
+from ..errors import CorruptRecordError, ResolveRefusedError, StoreError
+from ..keys import check_namespace, key_digest
+from .base import Claim, ClaimKind, ClaimRequest, Record, ResultState, Status, Unsubscribe
+
+if TYPE_CHECKING:
+    import redis as _redis
+
+__all__ = ["RedisStore"]
+
+log = logging.getLogger("effectq.store")
+
+_CODES = {
+    1: ClaimKind.CLAIMED,
+    2: ClaimKind.COMPLETED,
+    3: ClaimKind.IN_FLIGHT,
+    4: ClaimKind.UNKNOWN,
+    5: ClaimKind.RECONCILE,
+}
+_STATUS = {
+    b"p": Status.PENDING,
+    b"d": Status.DISPATCHED,
+    b"c": Status.COMPLETED,
+    b"r": Status.RELEASED,
+    b"u": Status.UNKNOWN,
+}
+_SCRIPTS = ("claim", "complete", "release", "mark_unknown", "dispatch", "renew", "resolve")
+_DEFAULT_TIMEOUTS = {"socket_timeout": 5.0, "socket_connect_timeout": 5.0}
+
+
+def _lua(name: str) -> str:
+    return resources.files(__package__).joinpath("lua", f"{name}.lua").read_text("utf-8")
+
+
+def _text(value: Any) -> str:
+    if value is None:
+        return ""
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+def _int(value: Any) -> int:
+    try:
+        return int(value or 0)
+    except (TypeError, ValueError):
+        return 0
+
+
+def _when(ms: Any) -> datetime | None:
+    value = _int(ms)
+    return datetime.fromtimestamp(value / 1000, UTC) if value else None
+
+
+class RedisStore:
+    """A store on Redis (or fakeredis with lupa, which runs the same Lua).
+
+    Args:
+        client: a ready ``redis.Redis`` (or compatible) client.
+        namespace: isolates tenants; one namespace never sees another's records.
+        prefix: first segment of every Redis key.
+
+    Example:
+        >>> store = RedisStore.from_url("redis://127.0.0.1:6379/0", namespace="shop")
+    """
+
+    def __init__(self, client: _redis.Redis, *, namespace: str = "default", prefix: str = "effectq") -> None:
+        self._client = client
+        self._namespace = check_namespace(namespace)
+        self._prefix = check_namespace(prefix)
+        self._channel = f"{self._prefix}:{{{self._namespace}}}:notify"
+        self._scripts = {name: client.register_script(_lua(name)) for name in _SCRIPTS}
+        self._notifier = _Notifier(self)
+
+    @classmethod
+    def from_url(cls, url: str, *, namespace: str = "default", prefix: str = "effectq", **kwargs: Any) -> RedisStore:
+        """Build a store from a ``redis://`` URL.
+
+        Socket timeouts default to 5 seconds, so a Redis that stops answering
+        becomes a :class:`~effectq.errors.StoreError` instead of a hang.
+        Other keyword arguments go to ``redis.Redis.from_url``.
+        """
+        redis = _import_redis()
+        options = {**_DEFAULT_TIMEOUTS, **kwargs}
+        return cls(redis.Redis.from_url(url, **options), namespace=namespace, prefix=prefix)
+
+    @classmethod
+    def embedded(cls, *, namespace: str = "default", server: Any = None) -> RedisStore:
+        """A store on an in-process fakeredis server that runs the real Lua scripts.
+
+        Needs ``pip install 'effectq[embedded]'`` (fakeredis with lupa). Records live
+        as long as ``server`` (a ``fakeredis.FakeServer``; a new one by default).
+        """
+        try:
+            import fakeredis
+        except ImportError as exc:  # pragma: no cover - depends on the environment
+            raise ImportError(
+                "the embedded store needs fakeredis with Lua: pip install 'effectq[embedded]'"
+            ) from exc
+        client = fakeredis.FakeRedis(server=server or fakeredis.FakeServer())
+        return cls(client, namespace=namespace)
+
+    def __repr__(self) -> str:
+        return f"RedisStore({self._client!r}, namespace={self._namespace!r})"
+
+    @property
+    def namespace(self) -> str:
+        return self._namespace
+
+    @property
+    def client(self) -> _redis.Redis:
+        """The redis client this store talks through."""
+        return self._client
+
+    # -- layout -------------------------------------------------------------------------
+
+    def _tag(self, digest: str) -> str:
+        return f"{self._prefix}:{{{self._namespace}:{digest[:2]}}}"
+
+    def record_key(self, key: str) -> str:
+        """The Redis key of an effect key's record."""
+        digest = key_digest(self._namespace, key)
+        return f"{self._tag(digest)}:{digest[2:34]}"
+
+    def _keys(self, key: str) -> list[str]:
+        digest = key_digest(self._namespace, key)
+        tag = self._tag(digest)
+        return [f"{tag}:{digest[2:34]}", f"{tag}:open", f"{tag}:doubt"]
+
+    def bucket_keys(self) -> Iterator[tuple[str, str]]:
+        """Every (open index, doubt index) pair of this namespace, one per bucket."""
+        for b in range(256):
+            tag = self._tag(f"{b:02x}")
+            yield f"{tag}:open", f"{tag}:doubt"
+
+    def _run(self, name: str, key: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        try:
+            return self._scripts[name](keys=keys, args=args)
+        except Exception as exc:
+            raise self._failure(name, key, exc) from exc
+
+    def _failure(self, op: str, key: str, exc: BaseException) -> StoreError:
+        text = str(exc)
+        if "WRONGTYPE" in text:
+            return CorruptRecordError(key, f"the Redis key holds another type: {text}")
+        return StoreError(f"effectq {op} failed on Redis for key {key!r}: {type(exc).__name__}: {text}")
+
+    # -- primitives ---------------------------------------------------------------------
+
+    def claim(self, key: str, request: ClaimRequest) -> Claim:
+        flags = (
+            ("r" if request.can_reconcile else "")
+            + ("s" if request.replay_safe else "")
+            + ("f" if request.reconcile_first else "")
+        )
+        reply = self._run(
+            "claim",
+            key,
+            self._keys(key),
+            [
+                request.lease_ms,
+                request.owner,
+                flags,
+                request.input_hash,
+                request.name,
+                request.run_id,
+                key,
+                request.retention_ms,
+            ],
+        )
+        return self._decode_claim(key, reply)
+
+    def _decode_claim(self, key: str, reply: Any) -> Claim:
+        try:
+            code, token, attempt, status, lease_ms, result, state, ihash, error, owner = reply
+            kind = _CODES.get(int(code))
+            found = _STATUS.get(status if isinstance(status, bytes) else str(status).encode())
+        except (TypeError, ValueError) as exc:
+            raise StoreError(f"effectq claim got an unexpected reply for key {key!r}: {reply!r}") from exc
+        if kind is None or found is None:
+            raise CorruptRecordError(key, f"status {_text(status)!r}, reply code {code}")
+        try:
+            result_state = ResultState(_text(state))
+        except ValueError:
+            raise CorruptRecordError(key, f"result state {_text(state)!r}") from None
+        return Claim(
+            kind,
+            token=int(token),
+            attempt=int(attempt),
+            status=found,
+            lease_ms=int(lease_ms),
+            result=result if isinstance(result, bytes) else None,
+            result_state=result_state,
+            input_hash=_text(ihash),
+            error=_text(error),
+            owner=_text(owner),
+        )
+
+    def complete(
+        self,
+        key: str,
+        token: int,
+        *,
+        result: bytes | None,
+        result_state: ResultState,
+        retention_ms: int,
+    ) -> bool:
+        payload = result if result_state is ResultState.STORED and result is not None else b""
+        reply = self._run(
+            "complete",
+            key,
+            self._keys(key),
+            [token, payload, result_state.value, retention_ms, self._channel],
+        )
+        return bool(reply)
+
+    def release(self, key: str, token: int, *, error: str, retention_ms: int) -> bool:
+        keys = self._keys(key)
+        return bool(self._run("release", key, keys[:2], [token, error, retention_ms, self._channel]))
+
+    def mark_unknown(self, key: str, token: int, *, error: str) -> bool:
+        return bool(self._run("mark_unknown", key, self._keys(key), [token, error, self._channel]))
+
+    def dispatch(self, key: str, token: int, *, lease_ms: int) -> int:
+        return int(self._run("dispatch", key, self._keys(key), [token, lease_ms]))
+
+    def renew(self, key: str, token: int, *, lease_ms: int) -> bool:
+        keys = self._keys(key)
+        return bool(self._run("renew", key, keys[:2], [token, lease_ms]))
+
+    def resolve(
+        self,
+        key: str,
+        *,
+        applied: bool,
+        result: bytes | None = None,
+        result_state: ResultState = ResultState.STORED,
+        note: str = "",
+        retention_ms: int,
+    ) -> Record:
+        payload = result if result is not None and result_state is ResultState.STORED else b""
+        ok, status = self._run(
+            "resolve",
+            key,
+            self._keys(key),
+            [
+                "applied" if applied else "not_applied",
+                payload,
+                result_state.value,
+                note,
+                retention_ms,
+                self._channel,
+            ],
+        )
+        if not int(ok):
+            found = _STATUS.get(status) if status else None
+            raise ResolveRefusedError(key, found.value if found else None, _refusal(found))
+        record = self.get(key)
+        if record is None:  # pragma: no cover - deleted between the two calls
+            raise ResolveRefusedError(key, None, "the record vanished right after it was settled")
+        return record
+
+    def get(self, key: str) -> Record | None:
+        record_key = self.record_key(key)
+        try:
+            pipe = self._client.pipeline(transaction=False)
+            pipe.hgetall(record_key)
+            pipe.pttl(record_key)
+            fields, pttl = pipe.execute()
+        except Exception as exc:
+            raise self._failure("get", key, exc) from exc
+        if not fields:
+            return None
+        return self._decode_record(key, fields, pttl)
+
+    def _decode_record(self, key: str, fields: dict[bytes, bytes], pttl: int) -> Record:
+        status = _STATUS.get(fields.get(b"s", b""))
+        if status is None:
+            raise CorruptRecordError(key, f"status {_text(fields.get(b's'))!r}")
+        modified = _int(fields.get(b"m"))
+        expires = None
+        if pttl and pttl > 0:
+            now = datetime.now(UTC).timestamp() * 1000
+            expires = datetime.fromtimestamp((now + pttl) / 1000, UTC)
+        try:
+            state = ResultState(_text(fields.get(b"f")))
+        except ValueError:
+            raise CorruptRecordError(key, f"result state {_text(fields.get(b'f'))!r}") from None
+        return Record(
+            key=_text(fields.get(b"k")) or key,
+            status=status,
+            token=_int(fields.get(b"t")),
+            attempt=_int(fields.get(b"a")),
+            name=_text(fields.get(b"n")),
+            run_id=_text(fields.get(b"u")),
+            owner=_text(fields.get(b"o")),
+            lease_expires_at=_when(fields.get(b"x")),
+            created_at=_when(fields.get(b"c")),
+            updated_at=_when(modified),
+            error=_text(fields.get(b"e")),
+            result=fields.get(b"v") if status is Status.COMPLETED and not state else None,
+            result_state=state,
+            input_hash=_text(fields.get(b"i")),
+            expires_at=expires,
+        )
+
+    def watch(self, key: str, callback: Callable[[], None]) -> Unsubscribe:
+        return self._notifier.watch(self.record_key(key), callback)
+
+    def close(self) -> None:
+        """Stop the notification listener (the client stays open: it is the caller's)."""
+        self._notifier.close()
+
+
+def _refusal(status: Status | None) -> str:
+    if status is Status.COMPLETED:
+        return "it is completed; a completed effect is never re-run or rewritten"
+    if status is Status.RELEASED:
+        return "it is released (not applied); the next call applies it"
+    if status in (Status.DISPATCHED, Status.PENDING):
+        return "it is in flight with a live lease; wait for it, or for the lease to run out"
+    return ""
+
+
+def _import_redis() -> Any:
+    try:
+        import redis
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise ImportError("the Redis store needs redis-py: pip install 'effectq[redis]'") from exc
+    return redis
+
+
+class _Notifier:
+    """One pub/sub subscription per store, shared by every waiter in the process.
+
+    Scripts publish a record key on the namespace channel when a record that
+    somebody waited on leaves flight. The listener thread starts on the first
+    ``watch`` and calls the callbacks registered for that record key.
+    """
+
+    def __init__(self, store: RedisStore) -> None:
+        self._store = store
+        self._lock = threading.Lock()
+        self._callbacks: dict[bytes, list[Callable[[], None]]] = {}
+        self._thread: threading.Thread | None = None
+        self._pubsub: Any = None
+        self._pid = os.getpid()
+        self._closed = False
+
+    def watch(self, record_key: str, callback: Callable[[], None]) -> Unsubscribe:
+        name = record_key.encode()
+        with self._lock:
+            self._ensure_listening()
+            self._callbacks.setdefault(name, []).append(callback)
+
+        def unsubscribe() -> None:
+            with self._lock:
+                found = self._callbacks.get(name)
+                if found and callback in found:
+                    found.remove(callback)
+                    if not found:
+                        del self._callbacks[name]
+
+        return unsubscribe
+
+    def _ensure_listening(self) -> None:
+        if self._pid != os.getpid():  # forked: the parent's thread and socket are not ours
+            self._thread, self._pubsub, self._pid = None, None, os.getpid()
+            self._callbacks.clear()
+        if self._thread is not None and self._thread.is_alive():
+            return
+        pubsub = self._store.client.pubsub(ignore_subscribe_messages=False)
+        try:
+            pubsub.subscribe(self._store._channel)
+            confirmed = pubsub.get_message(timeout=5.0)
+        except Exception as exc:
+            pubsub.close()
+            raise StoreError(f"effectq could not subscribe to {self._store._channel}: {exc}") from exc
+        if not confirmed or confirmed.get("type") != "subscribe":  # pragma: no cover - defensive
+            log.warning("effectq: no subscribe confirmation on %s; waiters fall back to polling", self._store._channel)
+        self._pubsub = pubsub
+        self._thread = threading.Thread(target=self._listen, args=(pubsub,), name="effectq-notify", daemon=True)
+        self._thread.start()
+
+    def _listen(self, pubsub: Any) -> None:
+        while not self._closed and pubsub is self._pubsub:
+            try:
+                message = pubsub.get_message(timeout=1.0)
+            except Exception as exc:  # connection lost: waiters poll meanwhile
+                log.warning("effectq: notification listener lost its connection (%s); retrying", exc)
+                time.sleep(0.5)
+                try:
+                    pubsub.subscribe(self._store._channel)
+                except Exception:  # noqa: S110 - next loop retries
+                    pass
+                continue
+            if not message or message.get("type") != "message":
+                continue
+            with self._lock:
+                callbacks = self._callbacks.pop(message["data"], [])
+            for callback in callbacks:
+                try:
+                    callback()
+                except Exception:  # pragma: no cover - callbacks only set events
+                    log.exception("effectq: a waiter callback failed")
+
+    def close(self) -> None:
+        self._closed = True
+        pubsub, self._pubsub = self._pubsub, None
+        if pubsub is not None:
+            try:
+                pubsub.close()
+            except Exception:  # noqa: S110 - closing a dead connection
+                pass
