@@ -1,0 +1,375 @@
+"""The store contract: what every store must do, as a pytest class to subclass.
+
+    from effectq.testing import StoreContract
+
+    class TestMyStore(StoreContract):
+        @pytest.fixture
+        def store_factory(self):
+            return lambda namespace: MyStore(namespace=namespace)
+
+Every test gets a fresh namespace. Lease expiry is tested with short leases
+and real sleeps (the store's own clock judges leases), so the suite takes a
+few seconds.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Callable
+
+import pytest
+
+from ..errors import ResolveRefusedError
+from ..store.base import ClaimKind, ClaimRequest, ResultState, Status, Store
+
+__all__ = ["StoreContract"]
+
+LIVE_MS = 5_000
+"""A lease that cannot run out during a test."""
+SHORT_MS = 80
+"""A lease a test lets run out."""
+RETENTION_MS = 60_000
+
+
+def _request(owner: str | None = None, lease_ms: int = LIVE_MS, **kwargs: object) -> ClaimRequest:
+    return ClaimRequest(
+        lease_ms=lease_ms,
+        owner=owner or uuid.uuid4().hex,
+        name="contract.effect",
+        run_id="run-1",
+        retention_ms=RETENTION_MS,
+        **kwargs,  # type: ignore[arg-type]
+    )
+
+
+def _expire() -> None:
+    time.sleep(SHORT_MS / 1000 * 2.5)
+
+
+class StoreContract:
+    """Tests every store must pass. Subclasses provide ``store_factory(namespace) -> Store``."""
+
+    @pytest.fixture
+    def store(self, store_factory: Callable[[str], Store]) -> Store:
+        return store_factory(f"c{uuid.uuid4().hex[:12]}")
+
+    @pytest.fixture
+    def key(self) -> str:
+        return f"run-1:contract.effect:{uuid.uuid4().hex}"
+
+    # -- claim -------------------------------------------------------------------------
+
+    def test_first_claim_dispatches(self, store: Store, key: str) -> None:
+        """A fresh key is claimed: dispatched, attempt 1, a token to fence with."""
+        claim = store.claim(key, _request())
+        assert claim.kind is ClaimKind.CLAIMED
+        assert claim.status is Status.DISPATCHED
+        assert claim.attempt == 1
+        assert claim.token > 0
+        record = store.get(key)
+        assert record is not None
+        assert record.status is Status.DISPATCHED
+        assert record.token == claim.token
+        assert record.name == "contract.effect"
+        assert record.run_id == "run-1"
+        assert record.lease_live
+
+    def test_second_claim_sees_in_flight(self, store: Store, key: str) -> None:
+        """While a live lease holds the key, another caller is told to wait, with the holder."""
+        first = store.claim(key, _request(owner="holder-1"))
+        second = store.claim(key, _request())
+        assert second.kind is ClaimKind.IN_FLIGHT
+        assert second.token == first.token
+        assert 0 < second.lease_ms <= LIVE_MS
+        assert second.owner == "holder-1"
+
+    def test_retried_claim_with_same_owner_gets_same_grant(self, store: Store, key: str) -> None:
+        """A claim whose reply was lost can be retried with the same owner: same token, no conflict."""
+        first = store.claim(key, _request(owner="me"))
+        again = store.claim(key, _request(owner="me"))
+        assert again.kind is ClaimKind.CLAIMED
+        assert again.token == first.token
+
+    def test_missing_record_is_none(self, store: Store, key: str) -> None:
+        """get() of a key never claimed is None."""
+        assert store.get(key) is None
+
+    # -- complete ----------------------------------------------------------------------
+
+    def test_complete_then_claim_replays(self, store: Store, key: str) -> None:
+        """A completed record answers every later claim with its result, in one call."""
+        claim = store.claim(key, _request())
+        assert store.complete(key, claim.token, result=b'{"id":7}', result_state=ResultState.STORED,
+                              retention_ms=RETENTION_MS)
+        again = store.claim(key, _request())
+        assert again.kind is ClaimKind.COMPLETED
+        assert again.result == b'{"id":7}'
+        assert again.result_state is ResultState.STORED
+        record = store.get(key)
+        assert record is not None and record.status is Status.COMPLETED
+        assert record.result == b'{"id":7}'
+        assert record.expires_at is not None
+
+    def test_complete_is_idempotent_for_its_token(self, store: Store, key: str) -> None:
+        """Completing twice with the same token (a retried reply) succeeds and changes nothing."""
+        claim = store.claim(key, _request())
+        kw = {"result": b"1", "result_state": ResultState.STORED, "retention_ms": RETENTION_MS}
+        assert store.complete(key, claim.token, **kw)  # type: ignore[arg-type]
+        assert store.complete(key, claim.token, **kw)  # type: ignore[arg-type]
+
+    def test_complete_with_stale_token_is_refused(self, store: Store, key: str) -> None:
+        """A token that does not hold the record cannot complete it."""
+        claim = store.claim(key, _request())
+        assert not store.complete(key, claim.token + 1, result=b"1", result_state=ResultState.STORED,
+                                  retention_ms=RETENTION_MS)
+        record = store.get(key)
+        assert record is not None and record.status is Status.DISPATCHED
+
+    def test_complete_without_result(self, store: Store, key: str) -> None:
+        """A result too large to keep is recorded as applied, without the result."""
+        claim = store.claim(key, _request())
+        assert store.complete(key, claim.token, result=None, result_state=ResultState.TOO_LARGE,
+                              retention_ms=RETENTION_MS)
+        again = store.claim(key, _request())
+        assert again.kind is ClaimKind.COMPLETED
+        assert again.result_state is ResultState.TOO_LARGE
+        assert not again.result
+
+    def test_input_hash_is_kept(self, store: Store, key: str) -> None:
+        """The input hash of the claim comes back with the completed record."""
+        claim = store.claim(key, _request(input_hash="abc123"))
+        store.complete(key, claim.token, result=b"1", result_state=ResultState.STORED, retention_ms=RETENTION_MS)
+        assert store.claim(key, _request()).input_hash == "abc123"
+
+    def test_completed_record_expires_after_retention(self, store: Store, key: str) -> None:
+        """After the retention, a completed record is gone (and the key is free)."""
+        claim = store.claim(key, _request())
+        store.complete(key, claim.token, result=b"1", result_state=ResultState.STORED, retention_ms=SHORT_MS)
+        _expire()
+        assert store.get(key) is None
+        assert store.claim(key, _request()).kind is ClaimKind.CLAIMED
+
+    # -- release -----------------------------------------------------------------------
+
+    def test_release_lets_the_next_call_apply(self, store: Store, key: str) -> None:
+        """Released ("not applied") is claimable again, at the next attempt, with a new token."""
+        first = store.claim(key, _request())
+        assert store.release(key, first.token, error="ValueError: no", retention_ms=RETENTION_MS)
+        record = store.get(key)
+        assert record is not None and record.status is Status.RELEASED
+        assert "ValueError" in record.error
+        second = store.claim(key, _request())
+        assert second.kind is ClaimKind.CLAIMED
+        assert second.attempt == 2
+        assert second.token > first.token
+
+    def test_release_with_stale_token_is_refused(self, store: Store, key: str) -> None:
+        """A stale token cannot release a record someone else holds."""
+        claim = store.claim(key, _request())
+        assert not store.release(key, claim.token - 1, error="x", retention_ms=RETENTION_MS)
+
+    # -- unknown -----------------------------------------------------------------------
+
+    def test_mark_unknown_is_never_replayed(self, store: Store, key: str) -> None:
+        """Unknown answers UNKNOWN, with why, to a caller that can neither reconcile nor replay."""
+        claim = store.claim(key, _request())
+        assert store.mark_unknown(key, claim.token, error="TimeoutError: read timed out")
+        again = store.claim(key, _request())
+        assert again.kind is ClaimKind.UNKNOWN
+        assert "TimeoutError" in again.error
+        record = store.get(key)
+        assert record is not None and record.status is Status.UNKNOWN
+        assert record.expires_at is None
+
+    def test_lease_running_out_while_dispatched_means_unknown(self, store: Store, key: str) -> None:
+        """A dispatched record whose holder went silent is unknown, never re-dispatched."""
+        store.claim(key, _request(owner="dead-holder", lease_ms=SHORT_MS))
+        _expire()
+        again = store.claim(key, _request())
+        assert again.kind is ClaimKind.UNKNOWN
+        assert "lease expired" in again.error
+        assert "dead-holder" in again.error
+
+    def test_reconcile_lease_is_exclusive(self, store: Store, key: str) -> None:
+        """One caller at a time reconciles an unknown; the others wait."""
+        claim = store.claim(key, _request())
+        store.mark_unknown(key, claim.token, error="x")
+        first = store.claim(key, _request(can_reconcile=True))
+        assert first.kind is ClaimKind.RECONCILE
+        assert first.token > claim.token
+        assert first.status is Status.UNKNOWN
+        second = store.claim(key, _request(can_reconcile=True))
+        assert second.kind is ClaimKind.IN_FLIGHT
+
+    def test_reconcile_found_completes(self, store: Store, key: str) -> None:
+        """A reconciler that found the effect records it as completed with its token."""
+        claim = store.claim(key, _request())
+        store.mark_unknown(key, claim.token, error="x")
+        rec = store.claim(key, _request(can_reconcile=True))
+        assert store.complete(key, rec.token, result=b"5", result_state=ResultState.STORED, retention_ms=RETENTION_MS)
+        assert store.claim(key, _request()).kind is ClaimKind.COMPLETED
+
+    def test_reconcile_failure_keeps_unknown(self, store: Store, key: str) -> None:
+        """Giving back a reconcile lease leaves the record unknown, for the next reconciler."""
+        claim = store.claim(key, _request())
+        store.mark_unknown(key, claim.token, error="x")
+        rec = store.claim(key, _request(can_reconcile=True))
+        assert store.release(key, rec.token, error="lookup failed", retention_ms=RETENTION_MS)
+        record = store.get(key)
+        assert record is not None and record.status is Status.UNKNOWN
+        assert store.claim(key, _request()).kind is ClaimKind.UNKNOWN
+        assert store.claim(key, _request(can_reconcile=True)).kind is ClaimKind.RECONCILE
+
+    def test_reconcile_not_found_dispatches_under_new_token(self, store: Store, key: str) -> None:
+        """Reconcile found nothing: the reconciler executes, and the old holder is fenced out."""
+        old = store.claim(key, _request(lease_ms=SHORT_MS))
+        _expire()
+        rec = store.claim(key, _request(can_reconcile=True))
+        assert rec.kind is ClaimKind.RECONCILE
+        attempt = store.dispatch(key, rec.token, lease_ms=LIVE_MS)
+        assert attempt == 2
+        record = store.get(key)
+        assert record is not None and record.status is Status.DISPATCHED
+        assert not store.renew(key, old.token, lease_ms=LIVE_MS)
+        assert not store.complete(key, old.token, result=b"old", result_state=ResultState.STORED,
+                                  retention_ms=RETENTION_MS)
+        assert store.complete(key, rec.token, result=b"new", result_state=ResultState.STORED,
+                              retention_ms=RETENTION_MS)
+        assert store.claim(key, _request()).result == b"new"
+
+    def test_late_holder_may_settle_its_own_unknown(self, store: Store, key: str) -> None:
+        """A slow holder whose lease ran out, with nobody taking over, can still record the truth."""
+        old = store.claim(key, _request(lease_ms=SHORT_MS))
+        _expire()
+        assert store.claim(key, _request()).kind is ClaimKind.UNKNOWN
+        assert store.complete(key, old.token, result=b"1", result_state=ResultState.STORED, retention_ms=RETENTION_MS)
+        assert store.claim(key, _request()).kind is ClaimKind.COMPLETED
+
+    def test_replay_safe_redispatches_unknown(self, store: Store, key: str) -> None:
+        """A replay-safe caller re-executes an unknown under a new token (the remote dedupes)."""
+        first = store.claim(key, _request())
+        store.mark_unknown(key, first.token, error="x")
+        again = store.claim(key, _request(replay_safe=True))
+        assert again.kind is ClaimKind.CLAIMED
+        assert again.attempt == 2
+        assert again.token > first.token
+
+    def test_reconcile_first_starts_pending(self, store: Store, key: str) -> None:
+        """reconcile_first claims PENDING (nothing runs yet); dispatch makes it the first attempt."""
+        claim = store.claim(key, _request(can_reconcile=True, reconcile_first=True))
+        assert claim.kind is ClaimKind.RECONCILE
+        assert claim.status is Status.PENDING
+        assert store.claim(key, _request()).kind is ClaimKind.IN_FLIGHT
+        assert store.dispatch(key, claim.token, lease_ms=LIVE_MS) == 1
+
+    def test_pending_holder_dying_frees_the_key(self, store: Store, key: str) -> None:
+        """A pending record whose lease ran out never ran: the next caller claims it afresh."""
+        store.claim(key, _request(lease_ms=SHORT_MS, can_reconcile=True, reconcile_first=True))
+        _expire()
+        claim = store.claim(key, _request())
+        assert claim.kind is ClaimKind.CLAIMED
+        assert claim.attempt == 1
+
+    # -- renew -------------------------------------------------------------------------
+
+    def test_renew_keeps_the_holder_alive(self, store: Store, key: str) -> None:
+        """A renewed lease outlives its first term; others still see the effect in flight."""
+        claim = store.claim(key, _request(lease_ms=SHORT_MS * 3))
+        for _ in range(3):
+            time.sleep(SHORT_MS / 1000)
+            assert store.renew(key, claim.token, lease_ms=SHORT_MS * 3)
+        assert store.claim(key, _request()).kind is ClaimKind.IN_FLIGHT
+
+    def test_renew_with_stale_token_is_refused(self, store: Store, key: str) -> None:
+        """Only the holder renews."""
+        claim = store.claim(key, _request())
+        assert not store.renew(key, claim.token + 1, lease_ms=LIVE_MS)
+
+    # -- resolve -----------------------------------------------------------------------
+
+    def test_resolve_applied(self, store: Store, key: str) -> None:
+        """An operator settles an unknown as applied, with a result; later calls replay it."""
+        claim = store.claim(key, _request())
+        store.mark_unknown(key, claim.token, error="x")
+        record = store.resolve(key, applied=True, result=b'"ok"', note="alice: seen in the CRM",
+                               retention_ms=RETENTION_MS)
+        assert record.status is Status.COMPLETED
+        again = store.claim(key, _request())
+        assert again.kind is ClaimKind.COMPLETED
+        assert again.result == b'"ok"'
+        assert not store.complete(key, claim.token, result=b"1", result_state=ResultState.STORED,
+                                  retention_ms=RETENTION_MS)
+
+    def test_resolve_not_applied(self, store: Store, key: str) -> None:
+        """Settled as not applied, the next call applies the effect."""
+        claim = store.claim(key, _request())
+        store.mark_unknown(key, claim.token, error="x")
+        assert store.resolve(key, applied=False, retention_ms=RETENTION_MS).status is Status.RELEASED
+        assert store.claim(key, _request()).kind is ClaimKind.CLAIMED
+
+    def test_resolve_refuses_what_is_not_in_doubt(self, store: Store, key: str) -> None:
+        """Completed, released, live in-flight and missing records are never resolved."""
+        with pytest.raises(ResolveRefusedError) as missing:
+            store.resolve(key, applied=True, retention_ms=RETENTION_MS)
+        assert missing.value.status is None
+        claim = store.claim(key, _request())
+        with pytest.raises(ResolveRefusedError) as live:
+            store.resolve(key, applied=False, retention_ms=RETENTION_MS)
+        assert live.value.status == "dispatched"
+        store.complete(key, claim.token, result=b"1", result_state=ResultState.STORED, retention_ms=RETENTION_MS)
+        with pytest.raises(ResolveRefusedError) as done:
+            store.resolve(key, applied=False, retention_ms=RETENTION_MS)
+        assert done.value.status == "completed"
+
+    def test_resolve_race_has_one_winner(self, store: Store, key: str) -> None:
+        """Two operators settling the same unknown at once: exactly one succeeds."""
+        claim = store.claim(key, _request())
+        store.mark_unknown(key, claim.token, error="x")
+        outcomes: list[str] = []
+        barrier = threading.Barrier(2)
+
+        def settle(applied: bool) -> None:
+            barrier.wait()
+            try:
+                store.resolve(key, applied=applied, retention_ms=RETENTION_MS)
+                outcomes.append("won")
+            except ResolveRefusedError:
+                outcomes.append("refused")
+
+        threads = [threading.Thread(target=settle, args=(flag,)) for flag in (True, False)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert sorted(outcomes) == ["refused", "won"]
+
+    def test_resolve_dispatched_with_dead_holder(self, store: Store, key: str) -> None:
+        """A dispatched record whose lease ran out is in doubt, so an operator may settle it."""
+        store.claim(key, _request(lease_ms=SHORT_MS))
+        _expire()
+        assert store.resolve(key, applied=True, result=b"1", retention_ms=RETENTION_MS).status is Status.COMPLETED
+
+    # -- isolation and notifications ---------------------------------------------------
+
+    def test_namespaces_are_isolated(self, store_factory: Callable[[str], Store], key: str) -> None:
+        """The same key in two namespaces is two records."""
+        a = store_factory(f"a{uuid.uuid4().hex[:10]}")
+        b = store_factory(f"b{uuid.uuid4().hex[:10]}")
+        claim = a.claim(key, _request())
+        a.complete(key, claim.token, result=b"1", result_state=ResultState.STORED, retention_ms=RETENTION_MS)
+        assert b.get(key) is None
+        assert b.claim(key, _request()).kind is ClaimKind.CLAIMED
+
+    def test_watch_hears_completion(self, store: Store, key: str) -> None:
+        """A watcher of a record in flight is called when it completes (someone having waited)."""
+        claim = store.claim(key, _request())
+        assert store.claim(key, _request()).kind is ClaimKind.IN_FLIGHT  # a waiter announces itself
+        heard = threading.Event()
+        unsubscribe = store.watch(key, heard.set)
+        try:
+            store.complete(key, claim.token, result=b"1", result_state=ResultState.STORED, retention_ms=RETENTION_MS)
+            assert heard.wait(5.0)
+        finally:
+            unsubscribe()

@@ -1,0 +1,79 @@
+"""Shared fixtures: a real Redis for every test that claims safety, a fresh namespace each.
+
+The Redis server is the one at ``EFFECTQ_TEST_REDIS_URL`` (default
+``redis://127.0.0.1:6379/0``). Tests never flush it: each one works in its own
+namespace and deletes that namespace's keys afterwards.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+
+import pytest
+import redis
+
+import effectq
+
+REDIS_URL = os.environ.get("EFFECTQ_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> str:
+    """The URL of the real Redis server the suite runs against (it must answer)."""
+    client = redis.Redis.from_url(REDIS_URL, socket_connect_timeout=2)
+    try:
+        client.ping()
+    except redis.RedisError as exc:  # pragma: no cover - environment
+        pytest.fail(f"no Redis answering at {REDIS_URL} ({exc}); start one or set EFFECTQ_TEST_REDIS_URL")
+    finally:
+        client.close()
+    return REDIS_URL
+
+
+@pytest.fixture
+def namespace() -> str:
+    """A namespace no other test uses."""
+    return f"t{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+def redis_client(redis_url: str, namespace: str) -> Iterator[redis.Redis]:
+    """A client of the real Redis; the test namespace's keys are deleted afterwards."""
+    client = redis.Redis.from_url(redis_url)
+    yield client
+    delete_namespace(client, namespace)
+    client.close()
+
+
+def delete_namespace(client: redis.Redis, namespace: str, prefix: str = "effectq") -> None:
+    """Delete every key of one namespace (SCAN, never FLUSH)."""
+    for pattern in (f"{prefix}:{{{namespace}:*", f"{prefix}:{{{namespace}}}*"):
+        batch = list(client.scan_iter(match=pattern, count=1000))
+        for i in range(0, len(batch), 500):
+            client.delete(*batch[i : i + 500])
+
+
+@pytest.fixture
+def redis_store(redis_client: redis.Redis, namespace: str) -> Iterator[effectq.RedisStore]:
+    """A RedisStore on the real server, in the test's namespace."""
+    store = effectq.RedisStore(redis_client, namespace=namespace)
+    yield store
+    store.close()
+
+
+@pytest.fixture
+def fake_store(namespace: str) -> Iterator[effectq.RedisStore]:
+    """A RedisStore on fakeredis (lupa runs the same Lua)."""
+    store = effectq.RedisStore.embedded(namespace=namespace)
+    yield store
+    store.close()
+
+
+@pytest.fixture(params=["memory", "fakeredis", "redis"])
+def store(request: pytest.FixtureRequest, namespace: str) -> effectq.Store:
+    """Each store in turn: the engine's behaviour must not depend on which."""
+    if request.param == "memory":
+        return effectq.MemoryStore(namespace=namespace)
+    return request.getfixturevalue("fake_store" if request.param == "fakeredis" else "redis_store")  # type: ignore[no-any-return]
