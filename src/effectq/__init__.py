@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from . import events
 from .context import EffectContext, KeyContext, current_effect
 from .effect import Effect, effect
 from .engine import Applied
@@ -88,6 +89,7 @@ __all__ = [
     "current_run",
     "effect",
     "effect_marker",
+    "events",
     "find_markers",
     "get_default_store",
     "has_marker",

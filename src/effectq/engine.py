@@ -24,8 +24,10 @@ import time
 from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING, Any
 
+from . import events
 from .codec import DecodeError
 from .context import EffectContext
+from .events import EventKind
 from .errors import (
     CorruptRecordError,
     InProgress,
@@ -73,6 +75,9 @@ notification costs at most this much latency)."""
 
 COMPLETE_RETRIES = (0.05, 0.2, 0.5)
 """Pauses between inline retries of a completion the store failed to take."""
+
+CLAIM_RETRIES = (0.05, 0.25, None)
+"""Pauses between tries of a claim whose round trip failed (None: give up)."""
 
 _HOST = socket.gethostname()
 _owners = itertools.count(1)
@@ -198,41 +203,111 @@ def is_crash(exc: BaseException) -> bool:
 # -- the procedure ----------------------------------------------------------------------
 
 
+def _emit(call: Call, kind: EventKind, started_ns: int, *, attempt: int = 0, error: str = "") -> None:
+    if not events.listeners():
+        return
+    events.emit(
+        events.Event(
+            kind=kind,
+            name=call.effect.name,
+            key=call.key,
+            run_id=call.run.id,
+            namespace=call.store.namespace,
+            attempt=attempt,
+            started_ns=started_ns,
+            duration=(time.time_ns() - started_ns) / 1e9,
+            error=error,
+        )
+    )
+
+
+def _store(call: Call, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Generator[Op, Any, Any]:
+    """One store primitive; a failure is reported as a store_error event and raised."""
+    started = time.time_ns()
+    try:
+        return (yield StoreOp(fn, *args, **kwargs))
+    except StoreError as exc:
+        _emit(call, EventKind.STORE_ERROR, started, error=str(exc))
+        raise
+
+
+def _claim(call: Call) -> Generator[Op, Any, tuple[Claim, int]]:
+    """Claim, retrying a failed round trip with the same owner (the grant comes back, not a conflict).
+
+    When every try fails, the claim may still have landed: nothing ran under it, so
+    the heartbeat keeps trying to take it back and release it, rather than leave a
+    dispatched record to turn into a false unknown.
+    """
+    store, key = call.store, call.key
+    for pause in CLAIM_RETRIES:
+        started = time.time_ns()
+        try:
+            claim = yield from _store(call, store.claim, key, call.request)
+        except CorruptRecordError:
+            raise
+        except StoreError:
+            if pause is None:
+                heartbeat.defer(_abandon(call), f"release of the unanswered claim of {key}", for_seconds=600.0)
+                raise
+            yield SleepOp(pause)
+            continue
+        return claim, started
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _abandon(call: Call) -> Callable[[], None]:
+    def abandon() -> None:
+        claim = call.store.claim(call.key, call.request)
+        if claim.kind in (ClaimKind.CLAIMED, ClaimKind.RECONCILE) and claim.owner == call.request.owner:
+            call.store.release(call.key, claim.token, error="claim reply lost; never run",
+                               retention_ms=call.effect.options.retention_ms)
+
+    return abandon
+
+
 def procedure(call: Call) -> Procedure:
     """Claim the effect and do what the claim says. Returns (value, executed)."""
     effect, store, key = call.effect, call.store, call.key
     options = effect.options
-    started: float | None = None
+    waiting_since: int | None = None
     watch: Any = None
     try:
         while True:
-            claim: Claim = yield StoreOp(store.claim, key, call.request)
+            claim, started = yield from _claim(call)
             kind = claim.kind
+            if kind is not ClaimKind.IN_FLIGHT and waiting_since is not None:
+                _emit(call, EventKind.WAITED, waiting_since)
+                waiting_since = None
             if kind is ClaimKind.COMPLETED:
-                return _replay(call, claim), False
+                value = _replay(call, claim)
+                _emit(call, EventKind.REPLAYED, started, attempt=claim.attempt)
+                return value, False
             if kind is ClaimKind.CLAIMED:
                 token, attempt = claim.token, claim.attempt
+                _emit(call, EventKind.CLAIMED, started, attempt=attempt)
                 break
             if kind is ClaimKind.RECONCILE:
                 found = yield from _reconcile(call, claim)
                 if found is not _NOT_FOUND:
                     return found, False
-                attempt = yield StoreOp(store.dispatch, key, claim.token, lease_ms=options.lease_ms)
+                attempt = yield from _store(call, store.dispatch, key, claim.token, lease_ms=options.lease_ms)
                 if not attempt:
                     log_reconcile.warning("effectq lost the claim of %s after reconcile; looking again", key)
                     continue
                 token = claim.token
+                _emit(call, EventKind.CLAIMED, started, attempt=attempt)
                 break
             if kind is ClaimKind.IN_FLIGHT:
-                now = time.monotonic()
-                if started is None:
-                    started = now
+                if waiting_since is None:
+                    waiting_since = started
                     call.run.stats.waited += 1
                     log_wait.debug("effectq %s in flight (holder %s); waiting", key, claim.owner)
-                remaining = options.wait - (now - started)
+                waited = (time.time_ns() - waiting_since) / 1e9
+                remaining = options.wait - waited
                 if remaining <= 0:
                     call.run.stats.failed += 1
-                    raise InProgress(key, name=effect.name, waited=now - started, owner=claim.owner)
+                    _emit(call, EventKind.IN_PROGRESS, waiting_since, error=claim.owner)
+                    raise InProgress(key, name=effect.name, waited=waited, owner=claim.owner)
                 if watch is None:  # subscribe, then look again: no notification is missed
                     watch = yield WatchOp(store, key)
                     continue
@@ -240,6 +315,7 @@ def procedure(call: Call) -> Procedure:
                 continue
             # UNKNOWN: may have applied, and this caller may neither reconcile nor replay.
             call.run.stats.failed += 1
+            _emit(call, EventKind.UNKNOWN, started, attempt=claim.attempt, error=claim.error)
             raise OutcomeUnknown(
                 key,
                 name=effect.name,
@@ -293,6 +369,7 @@ def _reconcile(call: Call, claim: Claim) -> Generator[Op, Any, Any]:
     options = effect.options
     lease = heartbeat.hold(store, key, claim.token, options.lease_ms)
     ctx = call.context(claim.token, claim.attempt, lease)
+    started = time.time_ns()
     try:
         found = yield ReconcileOp(call, ctx)
     except BaseException as exc:
@@ -336,6 +413,7 @@ def _reconcile(call: Call, claim: Claim) -> Generator[Op, Any, Any]:
         value = found
     yield from _record(call, claim.token, value)
     call.run.stats.reconciled += 1
+    _emit(call, EventKind.RECONCILED, started, attempt=claim.attempt)
     log_reconcile.info("effectq reconcile of %s: already applied; recorded", key)
     return value
 
@@ -344,6 +422,7 @@ def _execute(call: Call, token: int, attempt: int) -> Generator[Op, Any, Any]:
     effect, store, key = call.effect, call.store, call.key
     options = effect.options
     lease = heartbeat.hold(store, key, token, options.lease_ms)
+    started = time.time_ns()
     try:
         value = yield InvokeOp(call.context(token, attempt, lease))
     except BaseException as exc:
@@ -351,7 +430,10 @@ def _execute(call: Call, token: int, attempt: int) -> Generator[Op, Any, Any]:
         call.run.stats.failed += 1
         if is_crash(exc):
             raise
-        if options.maybe_applied(exc):
+        maybe = options.maybe_applied(exc)
+        _emit(call, EventKind.UNKNOWN if maybe else EventKind.RELEASED, started, attempt=attempt,
+              error=describe_exception(exc))
+        if maybe:
             log_unknown.error(
                 "effectq %s raised %s, which may mean it applied: recorded as unknown (key %s)",
                 effect.name,
@@ -377,11 +459,12 @@ def _execute(call: Call, token: int, attempt: int) -> Generator[Op, Any, Any]:
         raise
     heartbeat.drop(lease)
     call.run.stats.executed += 1
-    yield from _record(call, token, value)
+    _emit(call, EventKind.EXECUTED, started, attempt=attempt)
+    yield from _record(call, token, value, attempt)
     return value
 
 
-def _record(call: Call, token: int, value: Any) -> Generator[Op, Any, None]:
+def _record(call: Call, token: int, value: Any, attempt: int = 0) -> Generator[Op, Any, None]:
     effect, store, key = call.effect, call.store, call.key
     options = effect.options
     data, state, why = effect.codec.encode(value, options.max_result_bytes)
@@ -395,8 +478,9 @@ def _record(call: Call, token: int, value: Any) -> Generator[Op, Any, None]:
         )
     kwargs = {"result": data, "result_state": state, "retention_ms": options.retention_ms}
     for pause in (*COMPLETE_RETRIES, None):
+        started = time.time_ns()
         try:
-            recorded = yield StoreOp(store.complete, key, token, **kwargs)
+            recorded = yield from _store(call, store.complete, key, token, **kwargs)
         except StoreError as exc:
             if pause is not None:
                 yield SleepOp(pause)
@@ -423,13 +507,15 @@ def _record(call: Call, token: int, value: Any) -> Generator[Op, Any, None]:
                 key,
                 token,
             )
+        else:
+            _emit(call, EventKind.COMPLETED, started, attempt=attempt, error=why)
         return
 
 
 def _write(what: str, call: Call, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Generator[Op, Any, None]:
     """A transition after a failure: a store error is logged and retried in the background."""
     try:
-        done = yield StoreOp(fn, *args, **kwargs)
+        done = yield from _store(call, fn, *args, **kwargs)
     except StoreError as exc:
         log_release.error("effectq %s of %s failed (%s); retrying in the background", what, call.key, exc)
         heartbeat.defer(lambda: fn(*args, **kwargs), f"{what} of {call.key}")
