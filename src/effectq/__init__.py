@@ -54,6 +54,7 @@ if TYPE_CHECKING:
 __version__ = "0.1.0"
 
 __all__ = [
+    "MAYBE_APPLIED",
     "Applied",
     "ConfigurationError",
     "CorruptRecordError",
@@ -65,7 +66,6 @@ __all__ = [
     "InvalidInputError",
     "InvalidKeyError",
     "KeyContext",
-    "MAYBE_APPLIED",
     "MemoryStore",
     "NoActiveEffect",
     "NoActiveRun",

@@ -37,14 +37,12 @@ from typing import Any
 
 from .errors import InvalidInputError
 
-__all__ = ["canonical_json", "canonical_hash", "canonical_arguments", "canonicalize", "MAX_DEPTH"]
+__all__ = ["MAX_DEPTH", "canonical_arguments", "canonical_hash", "canonical_json", "canonicalize"]
 
 MAX_DEPTH = 100
 """Deepest nesting accepted in an input; deeper input is refused with a clear error."""
 
-_encoder = json.JSONEncoder(
-    ensure_ascii=False, allow_nan=False, sort_keys=True, separators=(",", ":")
-)
+_encoder = json.JSONEncoder(ensure_ascii=False, allow_nan=False, sort_keys=True, separators=(",", ":"))
 _SCALARS = (str, int, bool, type(None))
 _MAX_EXACT = 2**53
 
@@ -74,7 +72,7 @@ def canonicalize(value: Any, *, argument: str = "input") -> Any:
 
 
 class _Canon:
-    __slots__ = ("_argument", "_active")
+    __slots__ = ("_active", "_argument")
 
     def __init__(self, argument: str) -> None:
         self._argument = argument
@@ -186,7 +184,8 @@ class _Canon:
         dump = getattr(value, "model_dump", None)
         if dump is not None and hasattr(type(value), "model_fields"):
             return self._pydantic(value, path, depth)
-        raise self.fail(path, f"an object of type {type(value).__module__}.{type(value).__qualname__} has no canonical JSON form")
+        kind = f"{type(value).__module__}.{type(value).__qualname__}"
+        raise self.fail(path, f"an object of type {kind} has no canonical JSON form")
 
     def _decimal(self, value: decimal.Decimal, path: str) -> str:
         if not value.is_finite():

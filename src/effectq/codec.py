@@ -21,7 +21,7 @@ from .store.base import ResultState
 
 __all__ = ["ResultCodec", "result_annotation"]
 
-_ITERATORS = {
+_ITERATORS: set[Any] = {
     collections.abc.Iterator,
     collections.abc.Iterable,
     collections.abc.Generator,
@@ -32,15 +32,25 @@ _ITERATORS = {
 
 
 def result_annotation(fn: Callable[..., Any], *, name: str) -> Any:
-    """The type an effect records: the return annotation, or the item type of a generator."""
-    try:
-        hints = typing.get_type_hints(fn, include_extras=True)
-    except Exception as exc:
-        raise ConfigurationError(
-            f"effect {name}: its annotations cannot be resolved ({exc}); "
-            f"pass result_type=... to the effect"
-        ) from exc
-    annotation = hints.get("return", Any)
+    """The type an effect records: the return annotation, or the item type of a generator.
+
+    Only the return annotation is resolved (parameter annotations may name local
+    types that need not resolve); a string annotation is evaluated in the
+    function's globals and closure, as ``typing.get_type_hints`` would.
+    """
+    annotation = inspect.get_annotations(fn).get("return", Any)
+    if isinstance(annotation, str):
+        try:
+            scope = dict(inspect.getclosurevars(fn).nonlocals)
+        except (TypeError, ValueError):
+            scope = {}
+        try:
+            annotation = eval(annotation, getattr(fn, "__globals__", {}), scope)  # noqa: S307
+        except Exception as exc:
+            raise ConfigurationError(
+                f"effect {name}: its return annotation {annotation!r} cannot be resolved ({exc}); "
+                f"pass result_type=... to the effect"
+            ) from exc
     if inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn):
         origin = typing.get_origin(annotation)
         args = typing.get_args(annotation)

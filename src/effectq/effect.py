@@ -44,7 +44,7 @@ from .options import (
 from .runs import active_run
 from .store.base import ClaimRequest
 
-__all__ = ["effect", "Effect"]
+__all__ = ["Effect", "effect"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -71,7 +71,7 @@ class Effect(Generic[P, R]):
         self._codec: ResultCodec | None = None
         self._codec_lock = threading.Lock()
         self._key_params = _key_params(self._signature, options, fn)
-        functools.update_wrapper(self, fn)  # type: ignore[arg-type]
+        functools.update_wrapper(self, fn)
         if inspect.iscoroutinefunction(fn):
             self._invoke_kind = "async"
         elif inspect.isasyncgenfunction(fn):
@@ -254,7 +254,9 @@ class Effect(Generic[P, R]):
         if not executed:
             yield value
 
-    async def _stream_async(self, call: Call, args: tuple[Any, ...], kwargs: dict[str, Any]) -> AsyncIterator[Any]:
+    async def _stream_async(
+        self, call: Call, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> AsyncIterator[Any]:
         """An async generator effect: items stream through; the last one is recorded."""
         flight, leader = flights.join(call.store, call.key, call.input_hash)
         if not leader:
@@ -319,7 +321,9 @@ async def _follow_async(flight: Any, call: Call) -> Any:
     return flight.outcome()
 
 
-def _key_params(signature: inspect.Signature, options: EffectOptions, fn: Callable[..., Any]) -> frozenset[str]:
+def _key_params(
+    signature: inspect.Signature, options: EffectOptions, fn: Callable[..., Any]
+) -> frozenset[str]:
     names = list(signature.parameters)
     if options.key_args is not None:
         missing = [n for n in options.key_args if n not in signature.parameters]
@@ -427,7 +431,9 @@ def effect(
     if key is not None and not callable(key):
         raise ConfigurationError(f"key must be a function (args, ctx) -> str, not {key!r}")
     if reconcile is not None and not callable(reconcile):
-        raise ConfigurationError(f"reconcile must be a function (key, args, ctx) -> result, not {reconcile!r}")
+        raise ConfigurationError(
+            f"reconcile must be a function (key, args, ctx) -> result, not {reconcile!r}"
+        )
     if options.reconcile_on is ReconcileOn.ALWAYS and reconcile is None:
         raise ConfigurationError('reconcile_on="always" needs a reconcile hook')
 

@@ -14,6 +14,7 @@ two (claim, complete), a replay one (claim).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import itertools
 import logging
@@ -27,7 +28,6 @@ from typing import TYPE_CHECKING, Any
 from . import events
 from .codec import DecodeError
 from .context import EffectContext
-from .events import EventKind
 from .errors import (
     CorruptRecordError,
     InProgress,
@@ -39,6 +39,7 @@ from .errors import (
     StoreError,
     describe_exception,
 )
+from .events import EventKind
 from .heartbeat import heartbeat
 from .keys import idempotency_key
 from .options import OnMismatch
@@ -53,12 +54,12 @@ __all__ = [
     "Applied",
     "Call",
     "InvokeOp",
-    "procedure",
-    "drive_sync",
     "drive_async",
-    "run_op_sync",
-    "run_op_async",
+    "drive_sync",
     "new_owner",
+    "procedure",
+    "run_op_async",
+    "run_op_sync",
 ]
 
 log_claim = logging.getLogger("effectq.claim")
@@ -108,7 +109,7 @@ class Applied:
 class Call:
     """Everything one call of an effect needs, computed before anything is claimed."""
 
-    __slots__ = ("effect", "run", "store", "key", "input_hash", "arguments", "ordinal", "request")
+    __slots__ = ("arguments", "effect", "input_hash", "key", "ordinal", "request", "run", "store")
 
     def __init__(
         self,
@@ -149,21 +150,21 @@ class Call:
 
 
 class StoreOp:
-    __slots__ = ("fn", "args", "kwargs")
+    __slots__ = ("args", "fn", "kwargs")
 
     def __init__(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
         self.fn, self.args, self.kwargs = fn, args, kwargs
 
 
 class WatchOp:
-    __slots__ = ("store", "key")
+    __slots__ = ("key", "store")
 
     def __init__(self, store: Store, key: str) -> None:
         self.store, self.key = store, key
 
 
 class BlockOp:
-    __slots__ = ("watch", "timeout")
+    __slots__ = ("timeout", "watch")
 
     def __init__(self, watch: Any, timeout: float) -> None:
         self.watch, self.timeout = watch, timeout
@@ -247,7 +248,9 @@ def _claim(call: Call) -> Generator[Op, Any, tuple[Claim, int]]:
             raise
         except StoreError:
             if pause is None:
-                heartbeat.defer(_abandon(call), f"release of the unanswered claim of {key}", for_seconds=600.0)
+                heartbeat.defer(
+                    _abandon(call), f"release of the unanswered claim of {key}", for_seconds=600.0
+                )
                 raise
             yield SleepOp(pause)
             continue
@@ -259,8 +262,12 @@ def _abandon(call: Call) -> Callable[[], None]:
     def abandon() -> None:
         claim = call.store.claim(call.key, call.request)
         if claim.kind in (ClaimKind.CLAIMED, ClaimKind.RECONCILE) and claim.owner == call.request.owner:
-            call.store.release(call.key, claim.token, error="claim reply lost; never run",
-                               retention_ms=call.effect.options.retention_ms)
+            call.store.release(
+                call.key,
+                claim.token,
+                error="claim reply lost; never run",
+                retention_ms=call.effect.options.retention_ms,
+            )
 
     return abandon
 
@@ -431,8 +438,13 @@ def _execute(call: Call, token: int, attempt: int) -> Generator[Op, Any, Any]:
         if is_crash(exc):
             raise
         maybe = options.maybe_applied(exc)
-        _emit(call, EventKind.UNKNOWN if maybe else EventKind.RELEASED, started, attempt=attempt,
-              error=describe_exception(exc))
+        _emit(
+            call,
+            EventKind.UNKNOWN if maybe else EventKind.RELEASED,
+            started,
+            attempt=attempt,
+            error=describe_exception(exc),
+        )
         if maybe:
             log_unknown.error(
                 "effectq %s raised %s, which may mean it applied: recorded as unknown (key %s)",
@@ -512,7 +524,9 @@ def _record(call: Call, token: int, value: Any, attempt: int = 0) -> Generator[O
         return
 
 
-def _write(what: str, call: Call, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Generator[Op, Any, None]:
+def _write(
+    what: str, call: Call, fn: Callable[..., Any], *args: Any, **kwargs: Any
+) -> Generator[Op, Any, None]:
     """A transition after a failure: a store error is logged and retried in the background."""
     try:
         done = yield from _store(call, fn, *args, **kwargs)
@@ -547,7 +561,7 @@ class _SyncWatch:
 class _AsyncWatch:
     """A subscription whose notifications wake an awaiting task, never blocking the loop."""
 
-    __slots__ = ("_event", "_unsubscribe", "_loop")
+    __slots__ = ("_event", "_loop", "_unsubscribe")
 
     def __init__(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -555,20 +569,16 @@ class _AsyncWatch:
         self._unsubscribe: Callable[[], None] = lambda: None
 
     def _notify(self) -> None:
-        try:
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
             self._loop.call_soon_threadsafe(self._event.set)
-        except RuntimeError:  # the loop closed meanwhile
-            pass
 
     async def open(self, store: Store, key: str) -> _AsyncWatch:
         self._unsubscribe = await asyncio.to_thread(store.watch, key, self._notify)
         return self
 
     async def block(self, timeout: float) -> None:
-        try:
+        with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._event.wait(), timeout)
-        except TimeoutError:
-            pass
         self._event.clear()
 
     def close(self) -> None:
@@ -602,7 +612,7 @@ def drive_sync(proc: Procedure, invoke: Callable[[EffectContext], Any]) -> tuple
             return stop.value  # type: ignore[no-any-return]
         value = error = None
         try:
-            value = invoke(op.ctx) if type(op) is InvokeOp else run_op_sync(op)  # type: ignore[union-attr]
+            value = invoke(op.ctx) if isinstance(op, InvokeOp) else run_op_sync(op)
         except BaseException as exc:
             error = exc
 
@@ -646,8 +656,8 @@ async def drive_async(proc: Procedure, invoke: Callable[[EffectContext], Any]) -
             return stop.value  # type: ignore[no-any-return]
         value = error = None
         try:
-            if type(op) is InvokeOp:
-                value = await invoke(op.ctx)  # type: ignore[union-attr]
+            if isinstance(op, InvokeOp):
+                value = await invoke(op.ctx)
             else:
                 value = await run_op_async(op)
         except BaseException as exc:

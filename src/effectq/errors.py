@@ -14,21 +14,21 @@ if TYPE_CHECKING:
     from .store.base import Record
 
 __all__ = [
-    "EffectqError",
-    "OutcomeUnknown",
-    "InProgress",
-    "StoreError",
+    "ConfigurationError",
     "CorruptRecordError",
-    "NoActiveRun",
-    "NoActiveEffect",
+    "EffectqError",
+    "InProgress",
+    "InputMismatchError",
     "InvalidInputError",
     "InvalidKeyError",
-    "InputMismatchError",
-    "ResultNotRecordedError",
-    "ResultDecodeError",
+    "NoActiveEffect",
+    "NoActiveRun",
+    "OutcomeUnknown",
     "ReconcileError",
     "ResolveRefusedError",
-    "ConfigurationError",
+    "ResultDecodeError",
+    "ResultNotRecordedError",
+    "StoreError",
 ]
 
 
@@ -91,8 +91,7 @@ class InProgress(EffectqError):
         self.owner = owner
         holder = f" by {owner}" if owner else ""
         super().__init__(
-            f"effect {name or '?'} is in flight{holder} (key {key!r}); "
-            f"waited {waited:.1f}s for its result"
+            f"effect {name or '?'} is in flight{holder} (key {key!r}); waited {waited:.1f}s for its result"
         )
 
 
@@ -241,4 +240,3 @@ def describe_exception(exc: BaseException, limit: int = 500) -> str:
     text = f"{type(exc).__module__}.{type(exc).__qualname__}: {exc}"
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
-

@@ -20,7 +20,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
-__all__ = ["EventKind", "Event", "Listener", "subscribe", "listeners", "emit"]
+__all__ = ["Event", "EventKind", "Listener", "emit", "listeners", "subscribe"]
 
 log = logging.getLogger("effectq.events")
 

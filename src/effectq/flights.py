@@ -20,7 +20,7 @@ __all__ = ["Flight", "flights"]
 class Flight:
     """The outcome of one in-process execution, for its followers."""
 
-    __slots__ = ("_done", "_callbacks", "_lock", "value", "error", "input_hash")
+    __slots__ = ("_callbacks", "_done", "_lock", "error", "input_hash", "value")
 
     def __init__(self, input_hash: str) -> None:
         self._done = threading.Event()

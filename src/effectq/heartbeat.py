@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from .store.base import Store
 
-__all__ = ["Lease", "Heartbeat", "heartbeat"]
+__all__ = ["Heartbeat", "Lease", "heartbeat"]
 
 log = logging.getLogger("effectq.renew")
 repair_log = logging.getLogger("effectq.repair")
@@ -34,7 +34,7 @@ repair_log = logging.getLogger("effectq.repair")
 class Lease:
     """A lease the heartbeat keeps alive until :meth:`Heartbeat.drop`."""
 
-    __slots__ = ("store", "key", "token", "lease_ms", "due", "active", "lost")
+    __slots__ = ("active", "due", "key", "lease_ms", "lost", "store", "token")
 
     def __init__(self, store: Store, key: str, token: int, lease_ms: int, due: float) -> None:
         self.store = store
@@ -47,7 +47,7 @@ class Lease:
 
 
 class _Repair:
-    __slots__ = ("write", "what", "attempt", "until")
+    __slots__ = ("attempt", "until", "what", "write")
 
     def __init__(self, write: Callable[[], object], what: str, until: float) -> None:
         self.write = write

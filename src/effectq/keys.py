@@ -21,15 +21,15 @@ from .errors import ConfigurationError, InvalidKeyError
 
 __all__ = [
     "MAX_KEY_LENGTH",
+    "check_key",
+    "check_name",
+    "check_namespace",
+    "check_run_id",
     "default_key",
-    "idempotency_key",
     "effect_marker",
     "find_markers",
     "has_marker",
-    "check_key",
-    "check_name",
-    "check_run_id",
-    "check_namespace",
+    "idempotency_key",
 ]
 
 MAX_KEY_LENGTH = 1024
@@ -54,9 +54,7 @@ def check_name(name: object) -> str:
 def check_namespace(namespace: object) -> str:
     """Validate a namespace: 1-64 letters, digits or ``_ . - / @ +`` (no braces, no ``:``)."""
     if not isinstance(namespace, str) or not _NAMESPACE.fullmatch(namespace):
-        raise ConfigurationError(
-            f"namespace {namespace!r} is not valid: use 1-64 letters, digits or _.-/@+"
-        )
+        raise ConfigurationError(f"namespace {namespace!r} is not valid: use 1-64 letters, digits or _.-/@+")
     return namespace
 
 
@@ -66,8 +64,7 @@ def check_run_id(run_id: object) -> str:
         raise ConfigurationError(f"run id must be a non-empty string, not {run_id!r}")
     if len(run_id) > MAX_KEY_LENGTH or _CONTROL.search(run_id):
         raise ConfigurationError(
-            f"run id {run_id[:80]!r} is not valid: at most {MAX_KEY_LENGTH} characters, "
-            f"no control characters"
+            f"run id {run_id[:80]!r} is not valid: at most {MAX_KEY_LENGTH} characters, no control characters"
         )
     return run_id
 
@@ -76,8 +73,7 @@ def check_key(key: object, *, name: str) -> str:
     """Validate what a key function returned."""
     if not isinstance(key, str):
         raise InvalidKeyError(
-            f"the key function of effect {name} returned {type(key).__qualname__}, not str; "
-            f"nothing was run"
+            f"the key function of effect {name} returned {type(key).__qualname__}, not str; nothing was run"
         )
     if not key.strip():
         raise InvalidKeyError(f"the key function of effect {name} returned an empty key; nothing was run")

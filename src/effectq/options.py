@@ -5,21 +5,21 @@ from __future__ import annotations
 import enum
 import math
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
 from .errors import ConfigurationError
 
 __all__ = [
-    "ReconcileOn",
-    "OnMismatch",
-    "Duration",
-    "MAYBE_APPLIED",
-    "seconds",
-    "classifier",
-    "EffectOptions",
     "FROM_ANNOTATION",
+    "MAYBE_APPLIED",
+    "Duration",
+    "EffectOptions",
+    "OnMismatch",
+    "ReconcileOn",
+    "classifier",
+    "seconds",
 ]
 
 Duration = float | int | timedelta
@@ -109,7 +109,7 @@ def classifier(
     if spec is None:
         spec = MAYBE_APPLIED
     if callable(spec) and not isinstance(spec, type):
-        return spec  # type: ignore[return-value]
+        return spec
     names: set[str] = set()
     types: list[type[BaseException]] = []
     for item in spec:  # type: ignore[union-attr]
@@ -118,7 +118,9 @@ def classifier(
         elif isinstance(item, type) and issubclass(item, BaseException):
             types.append(item)
         else:
-            raise ConfigurationError(f"maybe_applied takes exception classes or qualified names, not {item!r}")
+            raise ConfigurationError(
+                f"maybe_applied takes exception classes or qualified names, not {item!r}"
+            )
     frozen_types = tuple(types)
 
     def maybe_applied(exc: BaseException) -> bool:
@@ -145,7 +147,7 @@ class EffectOptions:
     retention: float = 7 * 24 * 3600.0
     replay_safe: bool = False
     on_mismatch: OnMismatch = OnMismatch.WARN
-    maybe_applied: Callable[[BaseException], bool] = classifier(None)
+    maybe_applied: Callable[[BaseException], bool] = field(default_factory=lambda: classifier(None))
     max_result_bytes: int = 64 * 1024
     result_type: Any = FROM_ANNOTATION
 

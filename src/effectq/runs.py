@@ -23,13 +23,13 @@ from .store.base import Store
 
 __all__ = [
     "Run",
-    "RunStats",
     "RunScope",
-    "run",
-    "current_run",
+    "RunStats",
     "active_run",
-    "set_default_store",
+    "current_run",
     "get_default_store",
+    "run",
+    "set_default_store",
 ]
 
 _current: ContextVar[Run | None] = ContextVar("effectq.run", default=None)
@@ -63,7 +63,7 @@ class Run:
         stats: counters of what the run's effects did.
     """
 
-    __slots__ = ("id", "store", "metadata", "stats", "_ordinals", "_seq", "_lock")
+    __slots__ = ("_lock", "_ordinals", "_seq", "id", "metadata", "stats", "store")
 
     def __init__(self, run_id: str, store: Store, metadata: Mapping[str, Any] | None = None) -> None:
         self.id = check_run_id(run_id)

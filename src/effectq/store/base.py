@@ -31,12 +31,12 @@ from datetime import datetime
 from typing import Protocol, runtime_checkable
 
 __all__ = [
-    "Status",
-    "ClaimKind",
-    "ResultState",
-    "ClaimRequest",
     "Claim",
+    "ClaimKind",
+    "ClaimRequest",
     "Record",
+    "ResultState",
+    "Status",
     "Store",
     "Unsubscribe",
 ]

@@ -273,6 +273,8 @@ class MemoryStore:
                 return row.attempt
             if row.status not in (Status.PENDING, Status.UNKNOWN):
                 return 0
+            if row.status is Status.UNKNOWN and not row.lease_until:
+                return 0  # the holder that left it unknown may not re-dispatch it
             row.status = Status.DISPATCHED
             row.attempt += 1
             row.lease_until = now + lease_ms

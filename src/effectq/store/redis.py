@@ -15,6 +15,7 @@ them after a ``SCRIPT FLUSH`` or a failover.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -96,7 +97,9 @@ class RedisStore:
         self._notifier = _Notifier(self)
 
     @classmethod
-    def from_url(cls, url: str, *, namespace: str = "default", prefix: str = "effectq", **kwargs: Any) -> RedisStore:
+    def from_url(
+        cls, url: str, *, namespace: str = "default", prefix: str = "effectq", **kwargs: Any
+    ) -> RedisStore:
         """Build a store from a ``redis://`` URL.
 
         Socket timeouts default to 5 seconds, so a Redis that stops answering
@@ -392,7 +395,7 @@ class _Notifier:
             self._callbacks.clear()
         if self._thread is not None and self._thread.is_alive():
             return
-        pubsub = self._store.client.pubsub(ignore_subscribe_messages=False)
+        pubsub = self._store.client.pubsub(ignore_subscribe_messages=False)  # type: ignore[no-untyped-call]
         try:
             pubsub.subscribe(self._store._channel)
             confirmed = pubsub.get_message(timeout=5.0)
@@ -400,9 +403,13 @@ class _Notifier:
             pubsub.close()
             raise StoreError(f"effectq could not subscribe to {self._store._channel}: {exc}") from exc
         if not confirmed or confirmed.get("type") != "subscribe":  # pragma: no cover - defensive
-            log.warning("effectq: no subscribe confirmation on %s; waiters fall back to polling", self._store._channel)
+            log.warning(
+                "effectq: no subscribe confirmation on %s; waiters fall back to polling", self._store._channel
+            )
         self._pubsub = pubsub
-        self._thread = threading.Thread(target=self._listen, args=(pubsub,), name="effectq-notify", daemon=True)
+        self._thread = threading.Thread(
+            target=self._listen, args=(pubsub,), name="effectq-notify", daemon=True
+        )
         self._thread.start()
 
     def _listen(self, pubsub: Any) -> None:
@@ -412,10 +419,8 @@ class _Notifier:
             except Exception as exc:  # connection lost: waiters poll meanwhile
                 log.warning("effectq: notification listener lost its connection (%s); retrying", exc)
                 time.sleep(0.5)
-                try:
+                with contextlib.suppress(Exception):  # the next loop retries
                     pubsub.subscribe(self._store._channel)
-                except Exception:  # noqa: S110 - next loop retries
-                    pass
                 continue
             if not message or message.get("type") != "message":
                 continue
@@ -431,7 +436,5 @@ class _Notifier:
         self._closed = True
         pubsub, self._pubsub = self._pubsub, None
         if pubsub is not None:
-            try:
+            with contextlib.suppress(Exception):  # closing a dead connection
                 pubsub.close()
-            except Exception:  # noqa: S110 - closing a dead connection
-                pass

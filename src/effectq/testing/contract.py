@@ -101,8 +101,9 @@ class StoreContract:
     def test_complete_then_claim_replays(self, store: Store, key: str) -> None:
         """A completed record answers every later claim with its result, in one call."""
         claim = store.claim(key, _request())
-        assert store.complete(key, claim.token, result=b'{"id":7}', result_state=ResultState.STORED,
-                              retention_ms=RETENTION_MS)
+        assert store.complete(
+            key, claim.token, result=b'{"id":7}', result_state=ResultState.STORED, retention_ms=RETENTION_MS
+        )
         again = store.claim(key, _request())
         assert again.kind is ClaimKind.COMPLETED
         assert again.result == b'{"id":7}'
@@ -122,16 +123,18 @@ class StoreContract:
     def test_complete_with_stale_token_is_refused(self, store: Store, key: str) -> None:
         """A token that does not hold the record cannot complete it."""
         claim = store.claim(key, _request())
-        assert not store.complete(key, claim.token + 1, result=b"1", result_state=ResultState.STORED,
-                                  retention_ms=RETENTION_MS)
+        assert not store.complete(
+            key, claim.token + 1, result=b"1", result_state=ResultState.STORED, retention_ms=RETENTION_MS
+        )
         record = store.get(key)
         assert record is not None and record.status is Status.DISPATCHED
 
     def test_complete_without_result(self, store: Store, key: str) -> None:
         """A result too large to keep is recorded as applied, without the result."""
         claim = store.claim(key, _request())
-        assert store.complete(key, claim.token, result=None, result_state=ResultState.TOO_LARGE,
-                              retention_ms=RETENTION_MS)
+        assert store.complete(
+            key, claim.token, result=None, result_state=ResultState.TOO_LARGE, retention_ms=RETENTION_MS
+        )
         again = store.claim(key, _request())
         assert again.kind is ClaimKind.COMPLETED
         assert again.result_state is ResultState.TOO_LARGE
@@ -140,7 +143,9 @@ class StoreContract:
     def test_input_hash_is_kept(self, store: Store, key: str) -> None:
         """The input hash of the claim comes back with the completed record."""
         claim = store.claim(key, _request(input_hash="abc123"))
-        store.complete(key, claim.token, result=b"1", result_state=ResultState.STORED, retention_ms=RETENTION_MS)
+        store.complete(
+            key, claim.token, result=b"1", result_state=ResultState.STORED, retention_ms=RETENTION_MS
+        )
         assert store.claim(key, _request()).input_hash == "abc123"
 
     def test_completed_record_expires_after_retention(self, store: Store, key: str) -> None:
@@ -208,7 +213,9 @@ class StoreContract:
         claim = store.claim(key, _request())
         store.mark_unknown(key, claim.token, error="x")
         rec = store.claim(key, _request(can_reconcile=True))
-        assert store.complete(key, rec.token, result=b"5", result_state=ResultState.STORED, retention_ms=RETENTION_MS)
+        assert store.complete(
+            key, rec.token, result=b"5", result_state=ResultState.STORED, retention_ms=RETENTION_MS
+        )
         assert store.claim(key, _request()).kind is ClaimKind.COMPLETED
 
     def test_reconcile_failure_keeps_unknown(self, store: Store, key: str) -> None:
@@ -233,18 +240,30 @@ class StoreContract:
         record = store.get(key)
         assert record is not None and record.status is Status.DISPATCHED
         assert not store.renew(key, old.token, lease_ms=LIVE_MS)
-        assert not store.complete(key, old.token, result=b"old", result_state=ResultState.STORED,
-                                  retention_ms=RETENTION_MS)
-        assert store.complete(key, rec.token, result=b"new", result_state=ResultState.STORED,
-                              retention_ms=RETENTION_MS)
+        assert not store.complete(
+            key, old.token, result=b"old", result_state=ResultState.STORED, retention_ms=RETENTION_MS
+        )
+        assert store.complete(
+            key, rec.token, result=b"new", result_state=ResultState.STORED, retention_ms=RETENTION_MS
+        )
         assert store.claim(key, _request()).result == b"new"
+
+    def test_holder_of_an_unknown_cannot_redispatch_it(self, store: Store, key: str) -> None:
+        """Only a reconcile lease turns an unknown back into a dispatch, not the old token."""
+        claim = store.claim(key, _request())
+        store.mark_unknown(key, claim.token, error="x")
+        assert store.dispatch(key, claim.token, lease_ms=LIVE_MS) == 0
+        record = store.get(key)
+        assert record is not None and record.status is Status.UNKNOWN
 
     def test_late_holder_may_settle_its_own_unknown(self, store: Store, key: str) -> None:
         """A slow holder whose lease ran out, with nobody taking over, can still record the truth."""
         old = store.claim(key, _request(lease_ms=SHORT_MS))
         _expire()
         assert store.claim(key, _request()).kind is ClaimKind.UNKNOWN
-        assert store.complete(key, old.token, result=b"1", result_state=ResultState.STORED, retention_ms=RETENTION_MS)
+        assert store.complete(
+            key, old.token, result=b"1", result_state=ResultState.STORED, retention_ms=RETENTION_MS
+        )
         assert store.claim(key, _request()).kind is ClaimKind.COMPLETED
 
     def test_replay_safe_redispatches_unknown(self, store: Store, key: str) -> None:
@@ -293,14 +312,16 @@ class StoreContract:
         """An operator settles an unknown as applied, with a result; later calls replay it."""
         claim = store.claim(key, _request())
         store.mark_unknown(key, claim.token, error="x")
-        record = store.resolve(key, applied=True, result=b'"ok"', note="alice: seen in the CRM",
-                               retention_ms=RETENTION_MS)
+        record = store.resolve(
+            key, applied=True, result=b'"ok"', note="alice: seen in the CRM", retention_ms=RETENTION_MS
+        )
         assert record.status is Status.COMPLETED
         again = store.claim(key, _request())
         assert again.kind is ClaimKind.COMPLETED
         assert again.result == b'"ok"'
-        assert not store.complete(key, claim.token, result=b"1", result_state=ResultState.STORED,
-                                  retention_ms=RETENTION_MS)
+        assert not store.complete(
+            key, claim.token, result=b"1", result_state=ResultState.STORED, retention_ms=RETENTION_MS
+        )
 
     def test_resolve_not_applied(self, store: Store, key: str) -> None:
         """Settled as not applied, the next call applies the effect."""
@@ -318,7 +339,9 @@ class StoreContract:
         with pytest.raises(ResolveRefusedError) as live:
             store.resolve(key, applied=False, retention_ms=RETENTION_MS)
         assert live.value.status == "dispatched"
-        store.complete(key, claim.token, result=b"1", result_state=ResultState.STORED, retention_ms=RETENTION_MS)
+        store.complete(
+            key, claim.token, result=b"1", result_state=ResultState.STORED, retention_ms=RETENTION_MS
+        )
         with pytest.raises(ResolveRefusedError) as done:
             store.resolve(key, applied=False, retention_ms=RETENTION_MS)
         assert done.value.status == "completed"
@@ -349,7 +372,10 @@ class StoreContract:
         """A dispatched record whose lease ran out is in doubt, so an operator may settle it."""
         store.claim(key, _request(lease_ms=SHORT_MS))
         _expire()
-        assert store.resolve(key, applied=True, result=b"1", retention_ms=RETENTION_MS).status is Status.COMPLETED
+        assert (
+            store.resolve(key, applied=True, result=b"1", retention_ms=RETENTION_MS).status
+            is Status.COMPLETED
+        )
 
     # -- isolation and notifications ---------------------------------------------------
 
@@ -369,7 +395,9 @@ class StoreContract:
         heard = threading.Event()
         unsubscribe = store.watch(key, heard.set)
         try:
-            store.complete(key, claim.token, result=b"1", result_state=ResultState.STORED, retention_ms=RETENTION_MS)
+            store.complete(
+                key, claim.token, result=b"1", result_state=ResultState.STORED, retention_ms=RETENTION_MS
+            )
             assert heard.wait(5.0)
         finally:
             unsubscribe()

@@ -1,6 +1,7 @@
 --[[ dispatch: after a reconcile found nothing, run the function under the same token.
 
-PENDING/UNKNOWN held by the token -> DISPATCHED, attempt + 1, a fresh lease.
+PENDING/UNKNOWN held by the token (an UNKNOWN only with its reconcile lease: the holder that
+left it unknown keeps its token, but may not re-dispatch) -> DISPATCHED, attempt + 1, a fresh lease.
 
 KEYS[1] the record   KEYS[2] the open index   KEYS[3] the doubt index
 ARGV[1] token   ARGV[2] lease, ms
@@ -8,12 +9,13 @@ ARGV[1] token   ARGV[2] lease, ms
 Reply: the attempt number (>= 1); 0 lost: the token no longer holds it.
 ]]
 local rec = KEYS[1]
-local r = redis.call('HMGET', rec, 's', 't', 'a')
+local r = redis.call('HMGET', rec, 's', 't', 'a', 'x')
 local s = r[1]
 if not s or r[2] ~= ARGV[1] then return 0 end
 local att = tonumber(r[3]) or 0
 if s == 'd' then return att end
 if s ~= 'p' and s ~= 'u' then return 0 end
+if s == 'u' and (tonumber(r[4]) or 0) == 0 then return 0 end
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 local lease_end = now + tonumber(ARGV[2])

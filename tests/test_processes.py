@@ -1,0 +1,247 @@
+"""Crash safety with real processes and a real Redis: races, SIGKILL, SIGSTOP, Redis stopping."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+import effectq
+
+ROOT = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.slow
+
+
+def spawn(*args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.procs", *args],
+        cwd=ROOT,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+
+
+def read_line(proc: subprocess.Popen[str], timeout: float = 30.0) -> str:
+    """The child's next line of output (children flush every line)."""
+    assert proc.stdout is not None
+    deadline = time.monotonic() + timeout
+    import selectors
+
+    with selectors.DefaultSelector() as sel:
+        sel.register(proc.stdout, selectors.EVENT_READ)
+        while time.monotonic() < deadline:
+            if sel.select(timeout=0.5):
+                line = proc.stdout.readline()
+                if line:
+                    return line.strip()
+            if proc.poll() is not None:
+                break
+    raise AssertionError(f"child {proc.args} said nothing (exit {proc.poll()})")
+
+
+@pytest.fixture
+def ledger(redis_client: redis.Redis) -> Iterator[str]:
+    name = f"ledger-{uuid.uuid4().hex[:10]}"
+    yield name
+    redis_client.delete(f"{name}:log", f"{name}:by-key")
+
+
+def applications(client: redis.Redis, ledger: str) -> list[dict[str, Any]]:
+    return [json.loads(item) for item in client.lrange(f"{ledger}:log", 0, -1)]
+
+
+def test_processes_racing_one_key_apply_once(
+    redis_url: str, redis_client: redis.Redis, namespace: str, ledger: str
+) -> None:
+    """Eight processes call the same effect at the same moment: exactly one application, one result."""
+    run_id, go = f"race-{uuid.uuid4().hex[:8]}", f"{ledger}:go"
+    procs = [spawn("race", redis_url, namespace, run_id, ledger, go) for _ in range(8)]
+    try:
+        for proc in procs:
+            assert read_line(proc) == "ready"
+        redis_client.rpush(go, "go")
+        results = {json.loads(read_line(proc))["result"] for proc in procs}
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+        redis_client.delete(go)
+    assert len(applications(redis_client, ledger)) == 1
+    assert len(results) == 1
+
+
+def killed_after_the_side_effect(redis_url: str, namespace: str, ledger: str) -> str:
+    """Run the crash child until it applied its side effect, then SIGKILL it; returns the run id."""
+    run_id = f"crash-{uuid.uuid4().hex[:8]}"
+    proc = spawn("crash", redis_url, namespace, run_id, ledger, "0.5")
+    assert read_line(proc) == "applied"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    return run_id
+
+
+def test_sigkill_after_the_side_effect_is_never_repeated(
+    redis_url: str, redis_client: redis.Redis, namespace: str, ledger: str
+) -> None:
+    """A worker killed between the side effect and the record: the next call gets unknown, not a repeat."""
+    run_id = killed_after_the_side_effect(redis_url, namespace, ledger)
+    store = effectq.RedisStore(redis_client, namespace=namespace)
+    calls: list[int] = []
+
+    @effectq.effect(name="crash.apply", lease=0.5, wait=5)
+    def act() -> str:
+        calls.append(1)
+        return "again"
+
+    with effectq.run(run_id, store=store), pytest.raises(effectq.OutcomeUnknown, match="lease expired"):
+        act()
+    assert calls == []
+    assert len(applications(redis_client, ledger)) == 1
+
+
+def test_sigkill_after_the_side_effect_is_reconciled(
+    redis_url: str, redis_client: redis.Redis, namespace: str, ledger: str
+) -> None:
+    """With a reconcile hook, the redelivery finds the effect the dead worker applied and records it."""
+    from .procs import lookup
+
+    run_id = killed_after_the_side_effect(redis_url, namespace, ledger)
+    store = effectq.RedisStore(redis_client, namespace=namespace)
+    remote = redis.Redis.from_url(redis_url, decode_responses=True)
+
+    @effectq.effect(name="crash.apply", lease=0.5, wait=5, reconcile=lookup(remote, ledger))
+    def act() -> str:
+        raise AssertionError("must not run: the dead worker applied it")
+
+    with effectq.run(run_id, store=store):
+        assert act() == "crashed-attempt"
+        assert act() == "crashed-attempt"
+    assert len(applications(redis_client, ledger)) == 1
+    remote.close()
+
+
+def test_zombie_cannot_complete_over_the_new_owner(
+    redis_url: str, redis_client: redis.Redis, namespace: str, ledger: str
+) -> None:
+    """A holder frozen (SIGSTOP) past its lease is fenced out: the new owner's record stands."""
+    run_id, lease = f"zombie-{uuid.uuid4().hex[:8]}", "1.0"
+    zombie = spawn("zombie", redis_url, namespace, run_id, ledger, lease)
+    try:
+        first_token = json.loads(read_line(zombie))["token"]
+        os.kill(zombie.pid, signal.SIGSTOP)
+        time.sleep(float(lease) * 2)  # its heartbeat is frozen too: the lease runs out
+        taker = spawn("taker", redis_url, namespace, run_id, ledger, lease)
+        assert json.loads(read_line(taker))["result"] == "taker"
+        taker.wait(30)
+        os.kill(zombie.pid, signal.SIGCONT)
+        assert zombie.stdin is not None
+        zombie.stdin.write("go\n")
+        zombie.stdin.flush()
+        outcome = json.loads(read_line(zombie))
+    finally:
+        os.kill(zombie.pid, signal.SIGCONT)
+        zombie.kill()
+        zombie.wait()
+    assert outcome["recorded"] is False
+    assert "lease_lost=True" in outcome["result"]
+    store = effectq.RedisStore(redis_client, namespace=namespace)
+    with effectq.run(run_id, store=store):
+
+        @effectq.effect(name="zombie.apply", replay_safe=True)
+        def act() -> str:
+            raise AssertionError("completed: must replay")
+
+        assert act() == "taker"
+        record = store.get(act.key())
+    assert record is not None and record.token > first_token
+    by_key = redis_client.hgetall(f"{ledger}:by-key")
+    assert list(by_key.values()) == [b"taker"]  # the remote deduped the zombie by idempotency key
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture
+def own_redis(tmp_path: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """A redis-server of this test's own, on a free port; stopped afterwards."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [
+            "redis-server",
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(tmp_path),
+        ],
+        stdout=subprocess.DEVNULL,
+    )
+    client = redis.Redis(port=port)
+    for _ in range(100):
+        try:
+            client.ping()
+            break
+        except redis.ConnectionError:
+            time.sleep(0.05)
+    client.close()
+    yield f"redis://127.0.0.1:{port}/0", proc
+    proc.kill()
+    proc.wait()
+
+
+def test_redis_stopped_means_nothing_runs(own_redis: tuple[str, subprocess.Popen[bytes]]) -> None:
+    """With Redis down, the call fails with StoreError and the function does not run."""
+    url, server = own_redis
+    store = effectq.RedisStore.from_url(url, namespace="down", socket_timeout=1, socket_connect_timeout=1)
+    calls: list[int] = []
+
+    @effectq.effect
+    def act() -> int:
+        calls.append(1)
+        return 1
+
+    with effectq.run("r1", store=store):
+        assert act() == 1
+    server.kill()
+    server.wait()
+    with effectq.run("r2", store=store), pytest.raises(effectq.StoreError, match="claim failed"):
+        act()
+    assert calls == [1]
+
+
+def test_redis_failing_after_the_side_effect_returns_the_result(
+    own_redis: tuple[str, subprocess.Popen[bytes]], caplog: pytest.LogCaptureFixture
+) -> None:
+    """The effect applied but Redis died before the record: the caller gets its result, and a loud log."""
+    url, server = own_redis
+    store = effectq.RedisStore.from_url(url, namespace="late", socket_timeout=1, socket_connect_timeout=1)
+
+    @effectq.effect
+    def act() -> str:
+        server.kill()
+        server.wait()
+        return "applied"
+
+    with effectq.run("r1", store=store), caplog.at_level("ERROR", logger="effectq.complete"):
+        assert act() == "applied"
+    assert "recording it failed" in caplog.text
