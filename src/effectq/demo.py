@@ -21,6 +21,7 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import effectq
@@ -67,7 +68,10 @@ class Remote:
 def welcome_task(remote: Remote, customer: str, *, crash_after_charge: bool, guarded: bool) -> None:
     """The body of the task. With ``guarded``, each side effect is an effectq effect."""
 
-    def charge_then_maybe_die(amount: int) -> str:
+    def send_email(to: str) -> str:
+        return remote.deliver("email", f"welcome mail to {to}")
+
+    def charge(amount: int) -> str:
         key = effectq.current_effect().idempotency_key if guarded else ""
         receipt = remote.deliver("payment", f"charge {customer} {amount} EUR", key)
         if crash_after_charge:
@@ -77,23 +81,25 @@ def welcome_task(remote: Remote, customer: str, *, crash_after_charge: bool, gua
             os.kill(os.getpid(), signal.SIGKILL)
         return receipt
 
-    def reconcile_charge(key: str, args: dict[str, Any], ctx: effectq.EffectContext) -> str | None:
+    def post_chat(text: str) -> str:
+        return remote.deliver("chat", text)
+
+    def find_charge(key: str, args: dict[str, Any], ctx: effectq.EffectContext) -> str | None:
         found = remote.find("payment", ctx.idempotency_key)
         print(f"    worker: charge outcome unknown; asked the payment provider: {found or 'not found'}")
         return found
 
-    send_email = effectq.effect(name="welcome.email")(
-        lambda to: remote.deliver("email", f"welcome mail to {to}")
-    )
-    charge = effectq.effect(name="welcome.charge", lease=LEASE, reconcile=reconcile_charge)(
-        charge_then_maybe_die
-    )
-    post_chat = effectq.effect(name="welcome.chat")(lambda text: remote.deliver("chat", text))
-    steps = [send_email.fn, charge.fn, post_chat.fn] if not guarded else [send_email, charge, post_chat]
-    email, pay, chat = steps
-    print(f"    worker {os.getpid()}: email -> {email(customer)}", flush=True)
-    print(f"    worker {os.getpid()}: charge -> {pay(49)}", flush=True)
-    print(f"    worker {os.getpid()}: chat -> {chat(f'{customer} joined')}", flush=True)
+    email: Callable[[str], str] = send_email
+    pay: Callable[[int], str] = charge
+    chat: Callable[[str], str] = post_chat
+    if guarded:
+        email = effectq.effect(name="welcome.email")(send_email)
+        pay = effectq.effect(name="welcome.charge", lease=LEASE, reconcile=find_charge)(charge)
+        chat = effectq.effect(name="welcome.chat")(post_chat)
+    pid = os.getpid()
+    print(f"    worker {pid}: email -> {email(customer)}", flush=True)
+    print(f"    worker {pid}: charge -> {pay(49)}", flush=True)
+    print(f"    worker {pid}: chat -> {chat(f'{customer} joined')}", flush=True)
 
 
 def worker_main(url: str, namespace: str, ledger: str, run_id: str, crash: bool, guarded: bool) -> None:
@@ -159,8 +165,8 @@ def embedded_server() -> str:
         sys.exit("the embedded demo needs fakeredis: pip install 'effectq[embedded]', or pass --redis-url")
     server = TcpFakeServer(("127.0.0.1", 0), server_type="redis")
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    host, port = server.server_address[:2]
-    return f"redis://{host}:{port}/0"
+    port = int(server.server_address[1])
+    return f"redis://127.0.0.1:{port}/0"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -171,7 +177,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--guarded", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
-        worker_main(*args.worker, crash=args.crash, guarded=args.guarded)
+        url, namespace, ledger, run_id = args.worker
+        worker_main(url, namespace, ledger, run_id, crash=args.crash, guarded=args.guarded)
         return 0
     url = args.redis_url or embedded_server()
     where = "Redis at " + url if args.redis_url else "an embedded Redis (fakeredis running the real Lua)"
