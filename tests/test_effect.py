@@ -592,3 +592,46 @@ def test_a_failing_listener_changes_nothing(store: effectq.Store) -> None:
             assert act() == 1
     finally:
         unsubscribe()
+
+
+class CountingRedis:
+    """Counts the commands a store sends (each a round trip: the store does not pipeline them)."""
+
+    def __init__(self, url: str) -> None:
+        import redis
+
+        self.commands: list[str] = []
+        outer = self
+
+        class Client(redis.Redis):  # type: ignore[type-arg]
+            def execute_command(self, *args: Any, **options: Any) -> Any:
+                outer.commands.append(str(args[0]))
+                return super().execute_command(*args, **options)
+
+        self.client = Client.from_url(url)
+
+
+def test_round_trips_first_time_two_replay_one(redis_url: str, namespace: str) -> None:
+    """A first-time effect costs two round trips (claim, complete); a replay costs one."""
+    from .conftest import delete_namespace
+
+    counting = CountingRedis(redis_url)
+    store = effectq.RedisStore(counting.client, namespace=namespace)
+
+    @effectq.effect
+    def act(n: int) -> int:
+        return n
+
+    try:
+        with effectq.run(run_id(), store=store):
+            act(0)  # loads the scripts once per store (SCRIPT LOAD on the first EVALSHA miss)
+            counting.commands.clear()
+            act(1)
+            first = list(counting.commands)
+            counting.commands.clear()
+            act(1)
+            replay = list(counting.commands)
+    finally:
+        delete_namespace(counting.client, namespace)
+    assert first == ["EVALSHA", "EVALSHA"]
+    assert replay == ["EVALSHA"]
