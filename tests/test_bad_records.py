@@ -27,12 +27,12 @@ def make_effect(calls: list[str]) -> effectq.Effect[[str], str]:
 @pytest.mark.parametrize(
     ("corrupt", "match"),
     [
-        (lambda c, k: c.set(k, "not a hash"), "another type"),
+        (lambda c, k: c.rpush(k, "not a record"), "another type"),
+        (lambda c, k: c.set(k, "not a packed record"), "not a packed completed record"),
         (lambda c, k: c.hset(k, mapping={"s": "z", "t": 1}), "status 'z'"),
-        (lambda c, k: c.hset(k, mapping={"s": "c", "t": 1, "a": 1}), "without a result"),
-        (lambda c, k: c.hset(k, mapping={"s": "c", "t": 1, "a": 1, "v": b'"x"', "f": "??"}), "result state"),
+        (lambda c, k: c.set(k, "c1\n1\n1\n??\n0\nn\nr\n:ab\n\n\n1"), "result state"),
     ],
-    ids=["wrong-type", "unknown-status", "completed-without-result", "bad-result-state"],
+    ids=["wrong-type", "foreign-string", "unknown-status", "bad-result-state"],
 )
 def test_corrupt_record_is_refused(rstore: effectq.RedisStore, corrupt: object, match: str) -> None:
     """Whatever is stored where a record should be, the call fails clearly and runs nothing."""

@@ -140,8 +140,8 @@ class Effect(Generic[P, R]):
         else:
             ctx = KeyContext(run_id=bound_run.id, name=self.name, ordinal=ordinal, seq=seq, run=bound_run)
             key = check_key(options.key(arguments, ctx), name=self.name)
-            try:
-                input_hash = hashlib.sha256(canonical_arguments(self._keyed(arguments))).hexdigest()
+            try:  # 128 bits are plenty to tell two inputs of one key apart
+                input_hash = hashlib.sha256(canonical_arguments(self._keyed(arguments))).hexdigest()[:32]
             except InvalidInputError:
                 input_hash = ""  # the key function is the identity; no mismatch check
         store = bound_run.store

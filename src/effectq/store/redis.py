@@ -3,7 +3,9 @@
 Layout of one namespace (``ns``); ``bb`` is the first byte of the key's digest,
 so a namespace spreads over 256 hash slots and every script touches one::
 
-    effectq:{ns:bb}:<digest>   hash: one effect record
+    effectq:{ns:bb}:<digest>   one effect record: a hash while in flight, released or
+                               unknown; one packed string once completed (compact: it
+                               is kept for the retention)
     effectq:{ns:bb}:open       zset: pending/dispatched records by lease end
     effectq:{ns:bb}:doubt      zset: unknown records by when they became unknown
     effectq:{ns}:notify        pub/sub channel: a record left flight (only when waited on)
@@ -50,7 +52,7 @@ _STATUS = {
     b"r": Status.RELEASED,
     b"u": Status.UNKNOWN,
 }
-_SCRIPTS = ("claim", "complete", "release", "mark_unknown", "dispatch", "renew", "resolve")
+_SCRIPTS = ("claim", "complete", "release", "mark_unknown", "dispatch", "renew", "resolve", "read")
 _DEFAULT_TIMEOUTS = {"socket_timeout": 5.0, "socket_connect_timeout": 5.0}
 
 
@@ -69,6 +71,12 @@ def _int(value: Any) -> int:
         return int(value or 0)
     except (TypeError, ValueError):
         return 0
+
+
+def _expiry(pttl: int) -> datetime | None:
+    if pttl <= 0:
+        return None
+    return datetime.fromtimestamp(datetime.now(UTC).timestamp() + pttl / 1000, UTC)
 
 
 def _when(ms: Any) -> datetime | None:
@@ -204,7 +212,12 @@ class RedisStore:
         except (TypeError, ValueError) as exc:
             raise StoreError(f"effectq claim got an unexpected reply for key {key!r}: {reply!r}") from exc
         if kind is None or found is None:
-            raise CorruptRecordError(key, f"status {_text(status)!r}, reply code {code}")
+            what = _text(status)
+            if what == "packed":
+                raise CorruptRecordError(key, "a string that is not a packed completed record")
+            if what in ("list", "set", "zset", "stream"):
+                raise CorruptRecordError(key, f"the Redis key holds another type ({what})")
+            raise CorruptRecordError(key, f"status {what!r}")
         try:
             result_state = ResultState(_text(state))
         except ValueError:
@@ -215,7 +228,7 @@ class RedisStore:
             attempt=int(attempt),
             status=found,
             lease_ms=int(lease_ms),
-            result=result if isinstance(result, bytes) else None,
+            result=result if isinstance(result, bytes) and result_state is ResultState.STORED else None,
             result_state=result_state,
             input_hash=_text(ihash),
             error=_text(error),
@@ -278,6 +291,8 @@ class RedisStore:
                 self._channel,
             ],
         )
+        if int(ok) < 0:
+            raise CorruptRecordError(key, f"the Redis key holds {_text(status)}")
         if not int(ok):
             found = _STATUS.get(status) if status else None
             raise ResolveRefusedError(key, found.value if found else None, _refusal(found))
@@ -287,33 +302,72 @@ class RedisStore:
         return record
 
     def get(self, key: str) -> Record | None:
-        record_key = self.record_key(key)
+        reply = self._run("read", key, [self.record_key(key)], [])
+        return self._decode_read(key, reply)
+
+    def read_records(self, record_keys: Sequence[str]) -> list[Record | None]:
+        """Records by their Redis keys (as the indexes list them), in one pipelined round trip.
+
+        A record whose key cannot be recomputed (a completed default key keeps only
+        16 hex of its input hash) gets ``key`` ending in ``…``.
+        """
+        script = self._scripts["read"]
         try:
             pipe = self._client.pipeline(transaction=False)
-            pipe.hgetall(record_key)
-            pipe.pttl(record_key)
-            fields, pttl = pipe.execute()
+            for record_key in record_keys:
+                script(keys=[record_key], args=[], client=pipe)
+            replies = pipe.execute()
         except Exception as exc:
-            raise self._failure("get", key, exc) from exc
-        if not fields:
-            return None
-        return self._decode_record(key, fields, pttl)
+            raise self._failure("read", ",".join(record_keys[:3]), exc) from exc
+        return [self._decode_read("", reply) for reply in replies]
 
-    def _decode_record(self, key: str, fields: dict[bytes, bytes], pttl: int) -> Record:
-        status = _STATUS.get(fields.get(b"s", b""))
-        if status is None:
-            raise CorruptRecordError(key, f"status {_text(fields.get(b's'))!r}")
-        modified = _int(fields.get(b"m"))
-        expires = None
-        if pttl and pttl > 0:
-            now = datetime.now(UTC).timestamp() * 1000
-            expires = datetime.fromtimestamp((now + pttl) / 1000, UTC)
+    def _decode_read(self, key: str, reply: Any) -> Record | None:
+        kind, payload, pttl = reply
+        kind = _text(kind)
+        if kind == "none":
+            return None
+        if kind == "hash":
+            fields = dict(zip(payload[::2], payload[1::2], strict=True))
+            return self._decode_hash(key, fields, int(pttl))
+        if kind == "string":
+            return self._decode_packed(key, payload, int(pttl))
+        raise CorruptRecordError(key, f"the Redis key holds a {kind}")
+
+    def _decode_packed(self, key: str, packed: bytes, pttl: int) -> Record:
+        parts = packed.split(b"\n", 10)
+        if len(parts) != 11 or parts[0] != b"c1":
+            raise CorruptRecordError(key, "a string that is not a packed completed record")
+        _, token, attempt, state, done, name, run_id, form, ihash, note, result = parts
         try:
-            state = ResultState(_text(fields.get(b"f")))
+            result_state = ResultState(_text(state))
         except ValueError:
-            raise CorruptRecordError(key, f"result state {_text(fields.get(b'f'))!r}") from None
+            raise CorruptRecordError(key, f"result state {_text(state)!r}") from None
+        text_form = _text(form)
+        if not key:
+            key = (
+                f"{_text(run_id)}:{_text(name)}:{text_form[1:]}…" if text_form.startswith(":") else text_form
+            )
         return Record(
-            key=_text(fields.get(b"k")) or key,
+            key=key,
+            status=Status.COMPLETED,
+            token=_int(token),
+            attempt=_int(attempt),
+            name=_text(name),
+            run_id=_text(run_id),
+            updated_at=_when(done),
+            error=_text(note),
+            result=result if result_state is ResultState.STORED else None,
+            result_state=result_state,
+            input_hash=_text(ihash),
+            expires_at=_expiry(pttl),
+        )
+
+    def _decode_hash(self, key: str, fields: dict[bytes, bytes], pttl: int) -> Record:
+        status = _STATUS.get(fields.get(b"s", b""))
+        if status is None or status is Status.COMPLETED:
+            raise CorruptRecordError(key, f"status {_text(fields.get(b's'))!r}")
+        return Record(
+            key=key or _text(fields.get(b"k")),
             status=status,
             token=_int(fields.get(b"t")),
             attempt=_int(fields.get(b"a")),
@@ -322,12 +376,10 @@ class RedisStore:
             owner=_text(fields.get(b"o")),
             lease_expires_at=_when(fields.get(b"x")),
             created_at=_when(fields.get(b"c")),
-            updated_at=_when(modified),
+            updated_at=_when(fields.get(b"m")),
             error=_text(fields.get(b"e")),
-            result=fields.get(b"v") if status is Status.COMPLETED and not state else None,
-            result_state=state,
             input_hash=_text(fields.get(b"i")),
-            expires_at=expires,
+            expires_at=_expiry(pttl),
         )
 
     def watch(self, key: str, callback: Callable[[], None]) -> Unsubscribe:

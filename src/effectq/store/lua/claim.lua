@@ -1,9 +1,9 @@
 --[[ claim: read an effect record and, when it is free, claim it. One round trip.
 
-Record fields: s status (p pending, d dispatched, c completed, r released, u unknown),
-t fencing token, a attempt, x lease end (ms, Redis clock; 0 none), o owner, n effect name,
-u run id, k effect key, i input hash, v result, f result state, e error, c created, m modified,
-w "a waiter is listening" flag.
+A record in flight, released or unknown is a hash; fields: s status (p pending, d dispatched,
+r released, u unknown), t fencing token, a attempt, x lease end (ms, Redis clock; 0 none), o owner,
+n effect name, u run id, k effect key, i input hash, e error, c created, m modified, w "a waiter
+is listening" flag. A completed record is one packed string (see complete.lua).
 
 KEYS[1] the record (hash)
 KEYS[2] the open index (zset: pending/dispatched records, score = lease end)
@@ -31,10 +31,21 @@ local first = string.find(flags, 'f', 1, true) ~= nil
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 
-local r = redis.call('HMGET', rec, 's', 't', 'a', 'x', 'o', 'v', 'f', 'i', 'e')
+local kind = redis.call('TYPE', rec)['ok']
+if kind == 'string' then
+  local packed = redis.call('GET', rec)
+  local version, tok, att, state, _, _, _, _, ihash, _, result_at =
+    string.match(packed, '^(c1)\n(%d+)\n(%d+)\n([^\n]*)\n([^\n]*)\n([^\n]*)\n([^\n]*)\n([^\n]*)\n([^\n]*)\n([^\n]*)\n()')
+  if not version then return {-1, 0, 0, 'packed', 0, false, '', '', '', ''} end
+  return {2, tonumber(tok), tonumber(att), 'c', 0, string.sub(packed, result_at), state, ihash, '', ''}
+end
+if kind ~= 'hash' and kind ~= 'none' then
+  return {-1, 0, 0, kind, 0, false, '', '', '', ''}
+end
+local r = redis.call('HMGET', rec, 's', 't', 'a', 'x', 'o', 'i', 'e')
 local s = r[1]
 local tok, att, x = tonumber(r[2]) or 0, tonumber(r[3]) or 0, tonumber(r[4]) or 0
-local own, ihash, err = r[5] or '', r[8] or '', r[9] or ''
+local own, ihash, err = r[5] or '', r[6] or '', r[7] or ''
 
 local function grant(status, newtok, newatt, fresh)
   redis.call('HSET', rec, 's', status, 't', newtok, 'a', newatt, 'x', now + lease, 'o', owner,
@@ -42,7 +53,7 @@ local function grant(status, newtok, newatt, fresh)
   if fresh then
     redis.call('HSET', rec, 'c', now)
   else
-    redis.call('HDEL', rec, 'v', 'f', 'e', 'i')
+    redis.call('HDEL', rec, 'e', 'i')
   end
   if ARGV[4] ~= '' then redis.call('HSET', rec, 'i', ARGV[4]) end
   if status == 'p' then redis.call('PEXPIRE', rec, ARGV[8]) else redis.call('PERSIST', rec) end
@@ -65,9 +76,6 @@ end
 
 if not s then
   return fresh_claim(now, 0, true)
-end
-if s == 'c' then
-  return {2, tok, att, s, 0, r[6], r[7] or '', ihash, '', ''}
 end
 if s == 'r' then
   return fresh_claim(tok + 1, att, false)

@@ -1,5 +1,14 @@
 --[[ complete: record an effect as applied, with its result. Fenced by the token.
 
+A completed record is packed into one string (it is kept for the retention, so it is the bulk of
+what Redis holds; a hash with a result over 64 bytes would lose its compact encoding):
+
+  "c1" \n token \n attempt \n result state \n completed ms \n effect name \n run id \n
+  key form \n input hash \n note \n result
+
+key form: ":" + the first 16 hex of the input hash when the key is "run id:name:<sha256 hex>"
+(the default key, which the caller can recompute), else the whole key.
+
 KEYS[1] the record   KEYS[2] the open index   KEYS[3] the doubt index
 ARGV[1] token
 ARGV[2] result bytes ("" with a result state other than stored)
@@ -10,21 +19,30 @@ ARGV[5] notification channel
 Reply: 1 recorded (or already recorded by this token); 0 lost: the token no longer holds it.
 ]]
 local rec = KEYS[1]
-local r = redis.call('HMGET', rec, 's', 't', 'w')
+local kind = redis.call('TYPE', rec)['ok']
+if kind == 'string' then
+  local packed = redis.call('GET', rec)
+  local token = string.match(packed, '^c1\n(%d+)\n')
+  if token == ARGV[1] then return 1 end
+  return 0
+end
+if kind ~= 'hash' then return 0 end
+local r = redis.call('HMGET', rec, 's', 't', 'w', 'a', 'n', 'u', 'k', 'i')
 local s = r[1]
 if not s or r[2] ~= ARGV[1] then return 0 end
-if s == 'c' then return 1 end
 if s ~= 'd' and s ~= 'p' and s ~= 'u' then return 0 end
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
-if ARGV[3] == '' then
-  redis.call('HSET', rec, 's', 'c', 'v', ARGV[2], 'm', now)
-  redis.call('HDEL', rec, 'x', 'o', 'e', 'w', 'f')
-else
-  redis.call('HSET', rec, 's', 'c', 'f', ARGV[3], 'm', now)
-  redis.call('HDEL', rec, 'x', 'o', 'e', 'w', 'v')
+local name, run, key = r[5] or '', r[6] or '', r[7] or ''
+local form = key
+local prefix = run .. ':' .. name .. ':'
+local tail = string.sub(key, #prefix + 1)
+if string.sub(key, 1, #prefix) == prefix and #tail == 64 and not string.find(tail, '[^0-9a-f]') then
+  form = ':' .. string.sub(tail, 1, 16)
 end
-redis.call('PEXPIRE', rec, ARGV[4])
+local packed = table.concat({'c1', r[2], r[4] or '0', ARGV[3], now, name, run, form, r[8] or '', '',
+  ARGV[2]}, '\n')
+redis.call('SET', rec, packed, 'PX', ARGV[4])
 redis.call('ZREM', KEYS[2], rec)
 if s == 'u' then redis.call('ZREM', KEYS[3], rec) end
 if r[3] then redis.call('PUBLISH', ARGV[5], rec) end

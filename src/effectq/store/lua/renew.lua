@@ -6,6 +6,7 @@ ARGV[1] token   ARGV[2] lease, ms
 Reply: 1 renewed; 0 lost (taken over, settled, or the lease was given up).
 ]]
 local rec = KEYS[1]
+if redis.call('TYPE', rec)['ok'] ~= 'hash' then return 0 end -- completed (a string) or gone
 local r = redis.call('HMGET', rec, 's', 't', 'x')
 local s = r[1]
 if not s or r[2] ~= ARGV[1] or (tonumber(r[3]) or 0) == 0 then return 0 end

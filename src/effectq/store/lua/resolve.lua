@@ -9,31 +9,32 @@ ARGV[2] result bytes (applied)   ARGV[3] result state ("" stored)
 ARGV[4] note (who and why)       ARGV[5] retention, ms   ARGV[6] notification channel
 
 Reply: {1, status} settled; {0, status} refused ("" when there is no record;
-"d" means in flight with a live lease).
+"d" means in flight with a live lease); {-1, type} the key holds something effectq did not write.
 ]]
 local rec = KEYS[1]
-local r = redis.call('HMGET', rec, 's', 't', 'x', 'w')
+local kind = redis.call('TYPE', rec)['ok']
+if kind == 'string' then return {0, 'c'} end
+if kind == 'none' then return {0, ''} end
+if kind ~= 'hash' then return {-1, kind} end
+local r = redis.call('HMGET', rec, 's', 't', 'x', 'w', 'a', 'n', 'u', 'k', 'i')
 local s = r[1]
-if not s then return {0, ''} end
+if not s then return {-1, 'hash without status'} end
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 local doubt = s == 'u' or (s == 'd' and (tonumber(r[3]) or 0) <= now)
 if not doubt then return {0, s} end
 local tok = (tonumber(r[2]) or 0) + 1
 if ARGV[1] == 'applied' then
-  redis.call('HSET', rec, 's', 'c', 't', tok, 'e', ARGV[4], 'm', now)
-  if ARGV[3] == '' then
-    redis.call('HSET', rec, 'v', ARGV[2])
-    redis.call('HDEL', rec, 'f')
-  else
-    redis.call('HSET', rec, 'f', ARGV[3])
-    redis.call('HDEL', rec, 'v')
-  end
+  -- packed like complete.lua; the key is kept whole (a resolved record is looked up by it)
+  local note = string.gsub(ARGV[4], '\n', ' ')
+  local packed = table.concat({'c1', tok, r[5] or '0', ARGV[3], now, r[6] or '', r[7] or '', r[8] or '',
+    r[9] or '', note, ARGV[2]}, '\n')
+  redis.call('SET', rec, packed, 'PX', ARGV[5])
 else
   redis.call('HSET', rec, 's', 'r', 't', tok, 'e', ARGV[4], 'm', now)
+  redis.call('HDEL', rec, 'x', 'o', 'w')
+  redis.call('PEXPIRE', rec, ARGV[5])
 end
-redis.call('HDEL', rec, 'x', 'o', 'w')
-redis.call('PEXPIRE', rec, ARGV[5])
 redis.call('ZREM', KEYS[2], rec)
 redis.call('ZREM', KEYS[3], rec)
 if r[4] then redis.call('PUBLISH', ARGV[6], rec) end

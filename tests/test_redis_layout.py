@@ -1,0 +1,59 @@
+"""How records sit in Redis: one slot per effect, compact completed records, namespaced keys."""
+
+from __future__ import annotations
+
+import uuid
+
+import redis
+from redis.crc import key_slot
+
+import effectq
+
+
+def test_every_key_of_an_effect_shares_one_slot(redis_store: effectq.RedisStore) -> None:
+    """The record and both indexes a script touches hash to one slot (Redis Cluster ready)."""
+    for i in range(50):
+        keys = redis_store._keys(f"run:{i}:e:{uuid.uuid4().hex}")
+        assert len({key_slot(k.encode()) for k in keys}) == 1
+
+
+def test_a_namespace_spreads_over_many_slots(redis_store: effectq.RedisStore) -> None:
+    """Records of one namespace are not all on one slot (or one cluster node)."""
+    slots = {key_slot(redis_store.record_key(f"run:{i}").encode()) for i in range(500)}
+    assert len(slots) > 200
+
+
+def test_completed_record_is_compact(redis_store: effectq.RedisStore, redis_client: redis.Redis) -> None:
+    """A completed record with a small result takes at most 256 bytes plus the result."""
+
+    @effectq.effect(name="email.send")
+    def send(to: str) -> dict[str, object]:
+        return {"id": "msg_8f3a", "ok": True}
+
+    with effectq.run(str(uuid.uuid4()), store=redis_store):
+        key = send.key("ada@example.com")
+        result = send("ada@example.com")
+    record_key = redis_store.record_key(key)
+    assert redis_client.type(record_key) == b"string"
+    usage = redis_client.memory_usage(record_key)
+    assert usage is not None
+    assert usage <= 256 + len(str(result))
+    record = redis_store.get(key)
+    assert record is not None and record.key == key and record.status is effectq.Status.COMPLETED
+
+
+def test_completed_effects_leave_only_their_records(
+    redis_store: effectq.RedisStore, redis_client: redis.Redis
+) -> None:
+    """Twenty completed effects leave twenty records in the namespace, and nothing else."""
+
+    @effectq.effect
+    def act(n: int) -> int:
+        return n
+
+    with effectq.run("r", store=redis_store):
+        for n in range(20):
+            act(n)
+    mine = list(redis_client.scan_iter(match=f"effectq:{{{redis_store.namespace}*", count=1000))
+    assert len(mine) == 20
+    assert all(redis_client.type(k) == b"string" for k in mine)
