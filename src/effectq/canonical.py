@@ -224,5 +224,7 @@ class _Canon:
 
 def canonical_arguments(arguments: Mapping[str, Any]) -> bytes:
     """Canonical JSON of bound arguments; an error names the argument at fault."""
+    if all(type(value) in _SCALARS for value in arguments.values()):  # already canonical
+        return _encoder.encode(arguments).encode("utf-8")
     tree = {name: _Canon(name).convert(value, name, 0) for name, value in arguments.items()}
     return _encoder.encode(tree).encode("utf-8")

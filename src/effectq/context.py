@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .errors import NoActiveEffect
-from .keys import effect_marker
+from .keys import effect_marker, idempotency_key
 
 if TYPE_CHECKING:
     from .heartbeat import Lease
@@ -38,14 +38,12 @@ class KeyContext:
     run: Run = field(repr=False)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class EffectContext:
-    """The running effect, as ``effectq.current_effect()`` returns it.
+    """The running effect, as ``effectq.current_effect()`` returns it (read it, do not change it).
 
     Attributes:
         key: the effect key.
-        idempotency_key: a stable key (a UUID string) to hand to an API that
-            accepts one; the same in every attempt of this effect.
         run_id: the run id.
         name: the effect name.
         attempt: 1 for the first dispatch of this key, 2 after a release, ...
@@ -56,7 +54,6 @@ class EffectContext:
     """
 
     key: str
-    idempotency_key: str
     run_id: str
     name: str
     attempt: int
@@ -65,6 +62,14 @@ class EffectContext:
     ordinal: int = 0
     args: Mapping[str, Any] = field(default_factory=dict, repr=False)
     _lease: Lease | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def idempotency_key(self) -> str:
+        """A stable key (a UUID string) to hand to an API that accepts one.
+
+        The same in every attempt, process and redelivery of this effect.
+        """
+        return idempotency_key(self.namespace, self.key)
 
     @property
     def marker(self) -> str:

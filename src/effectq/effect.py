@@ -71,6 +71,10 @@ class Effect(Generic[P, R]):
         self._codec: ResultCodec | None = None
         self._codec_lock = threading.Lock()
         self._key_params = _key_params(self._signature, options, fn)
+        params = list(self._signature.parameters.values())
+        plain = all(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params)
+        self._names = tuple(p.name for p in params) if plain else None  # binds by zip, fast
+        self._all_keyed = set(self._key_params) == {p.name for p in params}
         functools.update_wrapper(self, fn)
         if inspect.iscoroutinefunction(fn):
             self._invoke_kind = "async"
@@ -127,9 +131,13 @@ class Effect(Generic[P, R]):
         bound_run = active_run()
         if bound_run is None:
             raise NoActiveRun(self.name)
-        bound = self._signature.bind(*args, **kwargs)
-        bound.apply_defaults()
-        arguments = dict(bound.arguments)
+        names = self._names
+        if names is not None and not kwargs and len(args) == len(names):
+            arguments = dict(zip(names, args, strict=True))
+        else:
+            bound = self._signature.bind(*args, **kwargs)
+            bound.apply_defaults()
+            arguments = dict(bound.arguments)
         options = self.options
         codec = self.codec  # an unrecordable return type fails here, before a claim
         del codec
@@ -159,6 +167,8 @@ class Effect(Generic[P, R]):
         return Call(self, bound_run, store, key, request.input_hash, arguments, ordinal, request)
 
     def _keyed(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        if self._all_keyed:
+            return arguments
         params = self._key_params
         return {name: value for name, value in arguments.items() if name in params}
 
@@ -171,11 +181,9 @@ class Effect(Generic[P, R]):
         try:
             value, _ = drive_sync(procedure(call), functools.partial(self._invoke_sync, args, kwargs))
         except BaseException as exc:
-            flights.finish(call.store, call.key, flight)
-            flight.land(error=exc)
+            flights.land(call.store, call.key, flight, error=exc)
             raise
-        flights.finish(call.store, call.key, flight)
-        flight.land(value)
+        flights.land(call.store, call.key, flight, value)
         return value
 
     def _invoke_sync(self, args: tuple[Any, ...], kwargs: dict[str, Any], ctx: EffectContext) -> Any:
@@ -192,11 +200,9 @@ class Effect(Generic[P, R]):
         try:
             value, _ = await drive_async(procedure(call), functools.partial(self._invoke_async, args, kwargs))
         except BaseException as exc:
-            flights.finish(call.store, call.key, flight)
-            flight.land(error=exc)
+            flights.land(call.store, call.key, flight, error=exc)
             raise
-        flights.finish(call.store, call.key, flight)
-        flight.land(value)
+        flights.land(call.store, call.key, flight, value)
         return value
 
     async def _invoke_async(self, args: tuple[Any, ...], kwargs: dict[str, Any], ctx: EffectContext) -> Any:
@@ -246,11 +252,9 @@ class Effect(Generic[P, R]):
                 except BaseException as exc:
                     error = exc
         except BaseException as exc:
-            flights.finish(call.store, call.key, flight)
-            flight.land(error=exc)
+            flights.land(call.store, call.key, flight, error=exc)
             raise
-        flights.finish(call.store, call.key, flight)
-        flight.land(value)
+        flights.land(call.store, call.key, flight, value)
         if not executed:
             yield value
 
@@ -296,11 +300,9 @@ class Effect(Generic[P, R]):
                 except BaseException as exc:
                     error = exc
         except BaseException as exc:
-            flights.finish(call.store, call.key, flight)
-            flight.land(error=exc)
+            flights.land(call.store, call.key, flight, error=exc)
             raise
-        flights.finish(call.store, call.key, flight)
-        flight.land(value)
+        flights.land(call.store, call.key, flight, value)
         if not executed:
             yield value
 

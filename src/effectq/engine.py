@@ -41,7 +41,6 @@ from .errors import (
 )
 from .events import EventKind
 from .heartbeat import heartbeat
-from .keys import idempotency_key
 from .options import OnMismatch
 from .store.base import Claim, ClaimKind, ClaimRequest, ResultState, Status
 
@@ -80,13 +79,22 @@ COMPLETE_RETRIES = (0.05, 0.2, 0.5)
 CLAIM_RETRIES = (0.05, 0.25, None)
 """Pauses between tries of a claim whose round trip failed (None: give up)."""
 
-_HOST = socket.gethostname()
 _owners = itertools.count(1)
+_owner_prefix = ""
+
+
+def _name_process() -> None:
+    global _owner_prefix
+    _owner_prefix = f"{socket.gethostname()}:{os.getpid()}:"
+
+
+_name_process()
+os.register_at_fork(after_in_child=_name_process)
 
 
 def new_owner() -> str:
     """A unique id of one call: ``host:pid:n``."""
-    return f"{_HOST}:{os.getpid()}:{next(_owners)}"
+    return f"{_owner_prefix}{next(_owners)}"
 
 
 class Applied:
@@ -134,7 +142,6 @@ class Call:
     def context(self, token: int, attempt: int, lease: Any = None) -> EffectContext:
         return EffectContext(
             key=self.key,
-            idempotency_key=idempotency_key(self.store.namespace, self.key),
             run_id=self.run.id,
             name=self.effect.name,
             attempt=attempt,

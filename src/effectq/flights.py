@@ -18,37 +18,38 @@ __all__ = ["Flight", "flights"]
 
 
 class Flight:
-    """The outcome of one in-process execution, for its followers."""
+    """The outcome of one in-process execution, for its followers.
 
-    __slots__ = ("_callbacks", "_done", "_lock", "error", "input_hash", "value")
+    A flight nobody follows costs a dict entry: the event a follower blocks on is
+    made only when a follower arrives.
+    """
+
+    __slots__ = ("_event", "_callbacks", "done", "value", "error", "input_hash")
 
     def __init__(self, input_hash: str) -> None:
-        self._done = threading.Event()
-        self._callbacks: list[Any] = []
-        self._lock = threading.Lock()
+        self._event: threading.Event | None = None
+        self._callbacks: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
+        self.done = False
         self.value: Any = None
         self.error: BaseException | None = None
         self.input_hash = input_hash
 
-    def land(self, value: Any = None, error: BaseException | None = None) -> None:
-        """Publish the leader's outcome to every follower."""
-        with self._lock:
-            self.value, self.error = value, error
-            self._done.set()
-            callbacks, self._callbacks = self._callbacks, []
-        for loop, future in callbacks:
-            loop.call_soon_threadsafe(_settle, future)
-
     def wait(self, timeout: float) -> bool:
         """Block until landed (True) or ``timeout`` passes (False)."""
-        return self._done.wait(timeout)
+        with flights.lock:
+            if self.done:
+                return True
+            if self._event is None:
+                self._event = threading.Event()
+            event = self._event
+        return event.wait(timeout)
 
     async def wait_async(self, timeout: float) -> bool:
         """Await the landing without blocking the event loop."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[None] = loop.create_future()
-        with self._lock:
-            if self._done.is_set():
+        with flights.lock:
+            if self.done:
                 return True
             self._callbacks.append((loop, future))
         try:
@@ -71,28 +72,38 @@ def _settle(future: asyncio.Future[None]) -> None:
 
 class _Flights:
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        self.lock = threading.Lock()
         self._flights: dict[tuple[int, str], Flight] = {}
-        self._pid = os.getpid()
+        os.register_at_fork(after_in_child=self._forget)
+
+    def _forget(self) -> None:  # a forked child has none of its parent's flights
+        self.lock = threading.Lock()
+        self._flights = {}
 
     def join(self, store: object, key: str, input_hash: str) -> tuple[Flight, bool]:
         """(the flight of ``key``, whether this caller leads it)."""
         ident = (id(store), key)
-        with self._lock:
-            if self._pid != os.getpid():
-                self._flights.clear()
-                self._pid = os.getpid()
+        with self.lock:
             flight = self._flights.get(ident)
             if flight is not None:
                 return flight, False
             flight = self._flights[ident] = Flight(input_hash)
             return flight, True
 
-    def finish(self, store: object, key: str, flight: Flight) -> None:
-        """Forget the flight: later callers go to the store (which has the record)."""
-        with self._lock:
+    def land(
+        self, store: object, key: str, flight: Flight, value: Any = None, error: BaseException | None = None
+    ) -> None:
+        """Publish the leader's outcome and forget the flight (later callers ask the store)."""
+        with self.lock:
             if self._flights.get((id(store), key)) is flight:
                 del self._flights[(id(store), key)]
+            flight.value, flight.error, flight.done = value, error, True
+            event, callbacks = flight._event, flight._callbacks
+            flight._callbacks = []
+        if event is not None:
+            event.set()
+        for loop, future in callbacks:
+            loop.call_soon_threadsafe(_settle, future)
 
 
 flights = _Flights()

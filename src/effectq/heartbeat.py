@@ -60,36 +60,42 @@ class Heartbeat:
     """Renews held leases and retries deferred writes, on one daemon thread."""
 
     def __init__(self) -> None:
+        self._reset()
+        os.register_at_fork(after_in_child=self._reset)
+
+    def _reset(self) -> None:
+        """A new heartbeat (and, after a fork, none of the parent's leases: they are not ours)."""
         self._cond = threading.Condition(threading.Lock())
         self._leases: dict[int, Lease] = {}
         self._repairs: list[tuple[float, int, _Repair]] = []
         self._seq = itertools.count()
         self._thread: threading.Thread | None = None
         self._wake_at = float("inf")
-        self._pid = os.getpid()
 
     def hold(self, store: Store, key: str, token: int, lease_ms: int) -> Lease:
-        """Keep ``key``'s lease (held by ``token``) alive until dropped."""
+        """Keep ``key``'s lease (held by ``token``) alive until dropped.
+
+        The common case takes no lock: a dict insert (atomic under the GIL), and
+        the thread is woken only if this lease comes due before its next wake-up.
+        """
         due = time.monotonic() + lease_ms / 3000.0
         lease = Lease(store, key, token, lease_ms, due)
-        with self._cond:
-            self._check_fork()
-            self._leases[id(lease)] = lease
-            self._wake(due)
+        self._leases[id(lease)] = lease
+        if due < self._wake_at or self._thread is None:
+            with self._cond:
+                self._wake(due)
         return lease
 
     def drop(self, lease: Lease) -> None:
         """Stop renewing ``lease``."""
         lease.active = False
-        with self._cond:
-            self._leases.pop(id(lease), None)
+        self._leases.pop(id(lease), None)
 
     def defer(self, write: Callable[[], object], what: str, *, for_seconds: float = 3600.0) -> None:
         """Retry ``write`` in the background until it returns, or time runs out."""
         now = time.monotonic()
         repair = _Repair(write, what, now + for_seconds)
         with self._cond:
-            self._check_fork()
             heapq.heappush(self._repairs, (now + 0.5, next(self._seq), repair))
             self._wake(now + 0.5)
 
@@ -98,15 +104,8 @@ class Heartbeat:
         with self._cond:
             return len(self._leases), len(self._repairs)
 
-    def _check_fork(self) -> None:
-        if self._pid != os.getpid():  # forked: the parent's leases and thread are not ours
-            self._leases.clear()
-            self._repairs.clear()
-            self._thread = None
-            self._wake_at = float("inf")
-            self._pid = os.getpid()
-
     def _wake(self, due: float) -> None:
+        """Start the thread, or wake it for an earlier due time (called with the lock held)."""
         if self._thread is None or not self._thread.is_alive():
             self._thread = threading.Thread(target=self._loop, name="effectq-heartbeat", daemon=True)
             self._thread.start()
@@ -117,13 +116,14 @@ class Heartbeat:
         """Wait until something is due; return what is (called with the lock held)."""
         while True:
             now = time.monotonic()
-            due: list[Lease | _Repair] = [lease for lease in self._leases.values() if lease.due <= now]
+            leases = list(self._leases.values())  # one C-level copy: safe beside lock-free holds
+            due: list[Lease | _Repair] = [lease for lease in leases if lease.due <= now]
             while self._repairs and self._repairs[0][0] <= now:
                 due.append(heapq.heappop(self._repairs)[2])
             if due:
                 self._wake_at = float("inf")
                 return due
-            wake = min((lease.due for lease in self._leases.values()), default=now + 3600.0)
+            wake = min((lease.due for lease in leases), default=now + 3600.0)
             if self._repairs:
                 wake = min(wake, self._repairs[0][0])
             self._wake_at = wake

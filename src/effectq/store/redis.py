@@ -103,6 +103,7 @@ class RedisStore:
         self._channel = f"{self._prefix}:{{{self._namespace}}}:notify"
         self._scripts = {name: client.register_script(_lua(name)) for name in _SCRIPTS}
         self._notifier = _Notifier(self)
+        self._layout: dict[str, list[str]] = {}
 
     @classmethod
     def from_url(
@@ -157,9 +158,15 @@ class RedisStore:
         return f"{self._tag(digest)}:{digest[2:34]}"
 
     def _keys(self, key: str) -> list[str]:
-        digest = key_digest(self._namespace, key)
-        tag = self._tag(digest)
-        return [f"{tag}:{digest[2:34]}", f"{tag}:open", f"{tag}:doubt"]
+        """[record, open index, doubt index] of a key; remembered, since a call asks twice."""
+        keys = self._layout.get(key)
+        if keys is None:
+            if len(self._layout) >= 4096:
+                self._layout.clear()
+            digest = key_digest(self._namespace, key)
+            tag = self._tag(digest)
+            keys = self._layout[key] = [f"{tag}:{digest[2:34]}", f"{tag}:open", f"{tag}:doubt"]
+        return keys
 
     def bucket_keys(self) -> Iterator[tuple[str, str]]:
         """Every (open index, doubt index) pair of this namespace, one per bucket."""
