@@ -24,7 +24,7 @@ class Flight:
     made only when a follower arrives.
     """
 
-    __slots__ = ("_event", "_callbacks", "done", "value", "error", "input_hash")
+    __slots__ = ("_callbacks", "_event", "done", "error", "input_hash", "value")
 
     def __init__(self, input_hash: str) -> None:
         self._event: threading.Event | None = None
