@@ -46,6 +46,7 @@ from .errors import (
 from .keys import effect_marker, find_markers, has_marker, idempotency_key
 from .options import MAYBE_APPLIED, OnMismatch, ReconcileOn
 from .runs import Run, RunStats, active_run, current_run, get_default_store, run, set_default_store
+from .steps import Step, StepDivergedError, step
 from .store import MemoryStore, Record, ResultState, Status, Store
 
 if TYPE_CHECKING:
@@ -82,6 +83,8 @@ __all__ = [
     "Run",
     "RunStats",
     "Status",
+    "Step",
+    "StepDivergedError",
     "Store",
     "StoreError",
     "active_run",
@@ -96,6 +99,7 @@ __all__ = [
     "idempotency_key",
     "run",
     "set_default_store",
+    "step",
 ]
 
 
