@@ -48,6 +48,7 @@ from .options import MAYBE_APPLIED, OnMismatch, ReconcileOn
 from .runs import Run, RunStats, active_run, current_run, get_default_store, run, set_default_store
 from .steps import Step, StepDivergedError, step
 from .store import MemoryStore, Record, ResultState, Status, Store
+from .tools import ToolNotAllowed, ToolOptions, wrap_tools
 
 if TYPE_CHECKING:
     from .store.redis import RedisStore
@@ -87,6 +88,8 @@ __all__ = [
     "StepDivergedError",
     "Store",
     "StoreError",
+    "ToolNotAllowed",
+    "ToolOptions",
     "active_run",
     "current_effect",
     "current_run",
@@ -100,6 +103,7 @@ __all__ = [
     "run",
     "set_default_store",
     "step",
+    "wrap_tools",
 ]
 
 
