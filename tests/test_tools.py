@@ -224,6 +224,8 @@ def test_list_form_keeps_order_and_names() -> None:
 def test_misconfiguration_is_refused() -> None:
     """Unknown effect names, duplicate names and non-callables fail when wrapping."""
     shop = Shop()
+    with pytest.raises(effectq.ConfigurationError, match="string"):
+        effectq.wrap_tools(shop.tools(), effects="refund")  # type: ignore[arg-type]
     with pytest.raises(effectq.ConfigurationError, match="refnud"):
         effectq.wrap_tools(shop.tools(), effects=["refnud"])
     with pytest.raises(effectq.ConfigurationError, match="two tools"):

@@ -33,7 +33,8 @@ import inspect
 import logging
 import re
 import typing
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from datetime import timedelta
 from typing import Any, TypedDict, overload
 
@@ -88,7 +89,7 @@ class ToolNotAllowed(EffectqError):
 def wrap_tools(
     tools: Mapping[str, Tool],
     *,
-    effects: Mapping[str, ToolOptions] | Iterable[str] = (),
+    effects: Mapping[str, ToolOptions] | Sequence[str] | AbstractSet[str] = (),
     allow: Allow | None = None,
     prefix: str = "tool.",
 ) -> dict[str, Tool]: ...
@@ -98,7 +99,7 @@ def wrap_tools(
 def wrap_tools(
     tools: Iterable[Tool],
     *,
-    effects: Mapping[str, ToolOptions] | Iterable[str] = (),
+    effects: Mapping[str, ToolOptions] | Sequence[str] | AbstractSet[str] = (),
     allow: Allow | None = None,
     prefix: str = "tool.",
 ) -> list[Tool]: ...
@@ -107,7 +108,7 @@ def wrap_tools(
 def wrap_tools(
     tools: Mapping[str, Tool] | Iterable[Tool],
     *,
-    effects: Mapping[str, ToolOptions] | Iterable[str] = (),
+    effects: Mapping[str, ToolOptions] | Sequence[str] | AbstractSet[str] = (),
     allow: Allow | None = None,
     prefix: str = "tool.",
 ) -> dict[str, Tool] | list[Tool]:
@@ -128,6 +129,8 @@ def wrap_tools(
         The same shape as ``tools``: a dict, or a list in the same order.
     """
     named = _named(tools)
+    if isinstance(effects, str):
+        raise ConfigurationError(f"effects takes a list of tool names, not the string {effects!r}")
     chosen: Mapping[str, ToolOptions] = (
         effects if isinstance(effects, Mapping) else {name: ToolOptions() for name in effects}
     )
