@@ -27,7 +27,7 @@ class Script:
     def __init__(self) -> None:
         self.requests: list[int] = []
 
-    def __call__(self, messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+    def respond(self, messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         step = sum(1 for m in messages if isinstance(m, ModelResponse))
         self.requests.append(step)
         if step == 0:
@@ -56,7 +56,7 @@ def test_a_rerun_replays_model_steps_and_tool_effects(store: effectq.Store) -> N
     """Rerun under the same run id: every journaled request replays and the refund applies once."""
     script, tools = Script(), Tools()
     agent = Agent(
-        DurableModel(FunctionModel(script)),
+        DurableModel(FunctionModel(script.respond)),
         tools=effectq.wrap_tools([tools.lookup_order, tools.refund], effects=["refund"]),
     )
     outputs = []
@@ -117,7 +117,7 @@ def test_transcript_leaves_out_what_differs_between_attempts() -> None:
 def test_replay_without_changes_does_not_warn(store: effectq.Store, caplog: pytest.LogCaptureFixture) -> None:
     """A faithful rerun compares equal at every step: no divergence warning."""
     tools = Tools()
-    agent = Agent(DurableModel(FunctionModel(Script())), tools=[tools.lookup_order, tools.refund])
+    agent = Agent(DurableModel(FunctionModel(Script().respond)), tools=[tools.lookup_order, tools.refund])
     with caplog.at_level(logging.WARNING, logger="effectq"):
         for _ in range(2):
             with effectq.run("ticket-1", store=store):
@@ -127,7 +127,7 @@ def test_replay_without_changes_does_not_warn(store: effectq.Store, caplog: pyte
 
 def test_a_changed_prompt_diverges(store: effectq.Store) -> None:
     """With on_mismatch="raise", a rerun asked something else raises naming the model step."""
-    agent = Agent(DurableModel(FunctionModel(Script()), on_mismatch="raise"))
+    agent = Agent(DurableModel(FunctionModel(Script().respond), on_mismatch="raise"))
     with effectq.run("ticket-1", store=store):
         agent.run_sync("Refund order 42")
     with effectq.run("ticket-1", store=store), pytest.raises(effectq.StepDivergedError) as caught:
