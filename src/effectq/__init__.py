@@ -46,7 +46,9 @@ from .errors import (
 from .keys import effect_marker, find_markers, has_marker, idempotency_key
 from .options import MAYBE_APPLIED, OnMismatch, ReconcileOn
 from .runs import Run, RunStats, active_run, current_run, get_default_store, run, set_default_store
+from .steps import Step, StepDivergedError, step
 from .store import MemoryStore, Record, ResultState, Status, Store
+from .tools import ToolNotAllowed, ToolOptions, wrap_tools
 
 if TYPE_CHECKING:
     from .store.redis import RedisStore
@@ -82,8 +84,12 @@ __all__ = [
     "Run",
     "RunStats",
     "Status",
+    "Step",
+    "StepDivergedError",
     "Store",
     "StoreError",
+    "ToolNotAllowed",
+    "ToolOptions",
     "active_run",
     "current_effect",
     "current_run",
@@ -96,6 +102,8 @@ __all__ = [
     "idempotency_key",
     "run",
     "set_default_store",
+    "step",
+    "wrap_tools",
 ]
 
 

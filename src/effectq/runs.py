@@ -9,7 +9,6 @@ yourself do not inherit it: run them in ``contextvars.copy_context()``.
 
 from __future__ import annotations
 
-import itertools
 import threading
 from collections.abc import Mapping
 from contextvars import ContextVar, Token
@@ -63,15 +62,15 @@ class Run:
         stats: counters of what the run's effects did.
     """
 
-    __slots__ = ("_lock", "_ordinals", "_seq", "id", "metadata", "stats", "store")
+    __slots__ = ("_calls", "_lock", "_seq", "id", "metadata", "stats", "store")
 
     def __init__(self, run_id: str, store: Store, metadata: Mapping[str, Any] | None = None) -> None:
         self.id = check_run_id(run_id)
         self.store = store
         self.metadata: Mapping[str, Any] = dict(metadata or {})
         self.stats = RunStats()
-        self._ordinals: dict[str, itertools.count[int]] = {}
-        self._seq = itertools.count()
+        self._calls: dict[str, int] = {}
+        self._seq = 0
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
@@ -79,11 +78,21 @@ class Run:
 
     def next_ordinal(self, name: str) -> tuple[int, int]:
         """(how many calls of ``name`` came before in this run, how many calls of any effect)."""
-        counter = self._ordinals.get(name)
-        if counter is None:
-            with self._lock:
-                counter = self._ordinals.setdefault(name, itertools.count())
-        return next(counter), next(self._seq)
+        with self._lock:
+            ordinal = self._calls.get(name, 0)
+            self._calls[name] = ordinal + 1
+            seq = self._seq
+            self._seq = seq + 1
+        return ordinal, seq
+
+    def calls(self, name: str) -> int:
+        """How many calls of the effect or step ``name`` this run has made so far.
+
+        A key function can key an effect by the agent step it belongs to, e.g.
+        ``f"{ctx.run_id}:comment:{args['issue']}:{ctx.run.calls('agent.model')}"``: a
+        redelivered run replays its steps in the same order, so the count is the same.
+        """
+        return self._calls.get(name, 0)
 
 
 class RunScope:
