@@ -342,8 +342,8 @@ def procedure(call: Call) -> Procedure:
             watch.close()
     if claim.status is Status.DISPATCHED and claim.kind is ClaimKind.CLAIMED and claim.error:
         log_unknown.warning(
-            "effectq re-executing %s after an unknown outcome (%s): replay_safe, so the remote side "
-            "dedupes by idempotency key",
+            "effectq re-executing %s after an unknown outcome (%s): it is declared replay-safe "
+            "(safe to repeat, or deduped by its idempotency key)",
             key,
             claim.error,
         )
