@@ -62,3 +62,9 @@ def test_get_of_a_corrupt_record_says_so(redis_store: effectq.RedisStore, redis_
     redis_client.hset(redis_store.record_key("k"), mapping={"s": "?", "t": 1})
     with pytest.raises(effectq.CorruptRecordError, match="status"):
         redis_store.get("k")
+
+
+def test_a_decoding_client_is_refused_up_front() -> None:
+    """A client that decodes replies to str would corrupt results: refused with how to fix it."""
+    with pytest.raises(effectq.ConfigurationError, match="decode_responses=False"):
+        effectq.RedisStore(redis.Redis(decode_responses=True))

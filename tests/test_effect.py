@@ -612,7 +612,7 @@ class CountingRedis:
 
 
 def test_round_trips_first_time_two_replay_one(redis_url: str, namespace: str) -> None:
-    """A first-time effect costs two round trips (claim, complete); a replay costs one."""
+    """A first-time effect costs two round trips (claim, complete); replaying one costs one."""
     from .conftest import delete_namespace
 
     counting = CountingRedis(redis_url)
@@ -622,12 +622,15 @@ def test_round_trips_first_time_two_replay_one(redis_url: str, namespace: str) -
     def act(n: int) -> int:
         return n
 
+    rid = run_id()
     try:
-        with effectq.run(run_id(), store=store):
+        with effectq.run(f"warm-{rid}", store=store):
             act(0)  # loads the scripts once per store (SCRIPT LOAD on the first EVALSHA miss)
+        with effectq.run(rid, store=store):
             counting.commands.clear()
             act(1)
             first = list(counting.commands)
+        with effectq.run(rid, store=store):  # a redelivery of a run with one effect
             counting.commands.clear()
             act(1)
             replay = list(counting.commands)
@@ -635,3 +638,33 @@ def test_round_trips_first_time_two_replay_one(redis_url: str, namespace: str) -
         delete_namespace(counting.client, namespace)
     assert first == ["EVALSHA", "EVALSHA"]
     assert replay == ["EVALSHA"]
+
+
+def test_redelivered_run_resumes_in_two_round_trips(redis_url: str, namespace: str) -> None:
+    """A redelivered run with many completed effects: one claim, one fetch of the rest, then none."""
+    from .conftest import delete_namespace
+
+    counting = CountingRedis(redis_url)
+    store = effectq.RedisStore(counting.client, namespace=namespace)
+    applied: list[int] = []
+
+    @effectq.effect
+    def act(n: int) -> int:
+        applied.append(n)
+        return n * 2
+
+    rid = run_id()
+    try:
+        with effectq.run(rid, store=store):
+            assert [act(n) for n in range(20)] == [n * 2 for n in range(20)]
+        with effectq.run(rid, store=store) as again:
+            counting.commands.clear()
+            assert [act(n) for n in range(20)] == [n * 2 for n in range(20)]
+            resumed = list(counting.commands)
+            counting.commands.clear()
+            act(99)  # a new effect after the resumed ones still applies
+    finally:
+        delete_namespace(counting.client, namespace)
+    assert resumed == ["EVALSHA", "MGET"]
+    assert again.stats.replayed == 20
+    assert applied == [*range(20), 99]

@@ -7,6 +7,9 @@ import datetime as dt
 import decimal
 import enum
 import math
+import os
+import subprocess
+import sys
 import uuid
 from pathlib import PurePosixPath
 from typing import Any
@@ -67,6 +70,27 @@ def test_value_types() -> None:
     assert canonical_json(PurePosixPath("/a/b")) == b'"/a/b"'
     assert canonical_json((1, "x")) == canonical_json([1, "x"])
     assert canonical_json(dt.timedelta(seconds=90)) == b"90"
+
+
+def test_sets_inside_models_are_canonical_in_every_process() -> None:
+    """A set field of a model gives the same bytes whatever the process's hash seed."""
+    code = (
+        "import datetime as dt, sys\n"
+        "sys.path.insert(0, 'tests')\n"
+        "from test_keys import Order\n"
+        "from effectq.canonical import canonical_json\n"
+        "o = Order(id=1, placed=dt.datetime(2026, 1, 1, tzinfo=dt.UTC), tags={'b', 'a', 'c', 'd', 'e'})\n"
+        "print(canonical_json(o).decode())\n"
+    )
+    outputs = set()
+    for seed in ("1", "2", "3", "4"):
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        out = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True
+        )
+        outputs.add(out.stdout)
+    assert len(outputs) == 1
+    assert '"tags":["a","b","c","d","e"]' in outputs.pop()
 
 
 def test_dataclasses_and_pydantic_models() -> None:

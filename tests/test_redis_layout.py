@@ -55,5 +55,16 @@ def test_completed_effects_leave_only_their_records(
         for n in range(20):
             act(n)
     mine = list(redis_client.scan_iter(match=f"effectq:{{{redis_store.namespace}*", count=1000))
-    assert len(mine) == 20
+    records = [k for k in mine if b":run:" not in k]
+    assert len(records) == 20
+    assert len(mine) == 21  # and the run's index of completed records
     assert all(redis_client.type(k) == b"string" for k in mine)
+
+
+def test_a_run_lives_in_one_slot(redis_store: effectq.RedisStore) -> None:
+    """Default keys of one run share a slot (so its index can list them); runs spread out."""
+    digest = "ab" * 32
+    one_run = {key_slot(redis_store.record_key(f"run-1:e{i}:{digest}").encode()) for i in range(50)}
+    assert len(one_run) == 1
+    runs = {key_slot(redis_store.record_key(f"run-{i}:e:{digest}").encode()) for i in range(500)}
+    assert len(runs) > 200

@@ -14,7 +14,7 @@ bytes. The rules:
   ``Enum`` its value, ``bytes`` is ``{"$bytes": base64}``, ``PurePath`` its
   POSIX string;
 * dataclass instances and pydantic models are objects of their fields
-  (pydantic in ``mode="json"``);
+  (pydantic's ``model_dump()``, then these same rules);
 * anything else (and any cycle) is an :class:`~effectq.errors.InvalidInputError`
   that names the argument and the path inside it. ``str()``, ``repr()`` and
   pickle are never used: they are not stable across processes or versions.
@@ -214,7 +214,7 @@ class _Canon:
     def _pydantic(self, value: Any, path: str, depth: int) -> Any:
         ident = self._enter(value, path)
         try:
-            dumped = value.model_dump(mode="json")
+            dumped = value.model_dump()  # python mode: sets stay sets, to be sorted below
         except Exception as exc:  # a model whose fields cannot dump to JSON
             raise self.fail(path, f"pydantic could not dump it to JSON ({exc})") from exc
         finally:

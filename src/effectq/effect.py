@@ -163,6 +163,7 @@ class Effect(Generic[P, R]):
             replay_safe=options.replay_safe,
             reconcile_first=options.reconcile is not None and options.reconcile_on is ReconcileOn.ALWAYS,
             retention_ms=options.retention_ms,
+            prefetch=not bound_run.prefetch_tried,
         )
         return Call(self, bound_run, store, key, request.input_hash, arguments, ordinal, request)
 

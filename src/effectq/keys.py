@@ -100,6 +100,15 @@ def idempotency_key(namespace: str, key: str) -> str:
     return str(uuid.uuid5(_IDEMPOTENCY_NS, f"{namespace}\x00{key}"))
 
 
+_DEFAULT_KEY = re.compile(r"(.+):([A-Za-z0-9_.<>/\-\[\]@+]{1,200}):([0-9a-f]{64})", re.S)
+
+
+def split_default_key(key: str) -> tuple[str, str, str] | None:
+    """(run id, effect name, input hash) of a key shaped like a default key, else None."""
+    match = _DEFAULT_KEY.fullmatch(key)
+    return None if match is None else (match.group(1), match.group(2), match.group(3))
+
+
 def key_digest(namespace: str, key: str) -> str:
     """The hex digest that locates a key's record (sha256 of namespace and key)."""
     return hashlib.sha256(f"{namespace}\x00{key}".encode()).hexdigest()

@@ -62,7 +62,17 @@ class Run:
         stats: counters of what the run's effects did.
     """
 
-    __slots__ = ("_calls", "_lock", "_seq", "id", "metadata", "stats", "store")
+    __slots__ = (
+        "_calls",
+        "_lock",
+        "_seq",
+        "id",
+        "metadata",
+        "prefetch_tried",
+        "prefetched",
+        "stats",
+        "store",
+    )
 
     def __init__(self, run_id: str, store: Store, metadata: Mapping[str, Any] | None = None) -> None:
         self.id = check_run_id(run_id)
@@ -72,6 +82,9 @@ class Run:
         self._calls: dict[str, int] = {}
         self._seq = 0
         self._lock = threading.Lock()
+        self.prefetched: Any = None
+        """The run's completed records, fetched at once when a replay shows a redelivery."""
+        self.prefetch_tried = False
 
     def __repr__(self) -> str:
         return f"Run({self.id!r}, store={self.store!r})"

@@ -28,7 +28,7 @@ import enum
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 __all__ = [
     "Claim",
@@ -96,6 +96,8 @@ class ClaimRequest:
         replay_safe: on UNKNOWN, re-dispatch to this caller (the remote side dedupes).
         reconcile_first: a fresh claim starts PENDING and replies RECONCILE.
         retention_ms: how long a PENDING or RELEASED record is kept.
+        prefetch: on a completed record, also return ``Claim.prefetch_hint`` (what
+            the store needs to fetch the run's other completed records at once).
     """
 
     lease_ms: int
@@ -107,6 +109,7 @@ class ClaimRequest:
     replay_safe: bool = False
     reconcile_first: bool = False
     retention_ms: int = 7 * 24 * 3600 * 1000
+    prefetch: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +127,8 @@ class Claim:
         input_hash: the recorded input hash (``""`` when none was recorded).
         error: for UNKNOWN and RECONCILE, why the outcome is unknown.
         owner: the holder (IN_FLIGHT) or last holder (UNKNOWN).
+        prefetch_hint: for COMPLETED with ``ClaimRequest.prefetch``: opaque, for
+            ``prefetch(run_id, hint)`` (``None`` when the store has nothing to offer).
     """
 
     kind: ClaimKind
@@ -136,6 +141,7 @@ class Claim:
     input_hash: str = ""
     error: str = ""
     owner: str = ""
+    prefetch_hint: Any = None
 
 
 @dataclass(frozen=True, slots=True)

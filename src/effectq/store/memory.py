@@ -107,15 +107,7 @@ class MemoryStore:
                 return self._granted(row)
             status = row.status
             if status is Status.COMPLETED:
-                return Claim(
-                    ClaimKind.COMPLETED,
-                    token=row.token,
-                    attempt=row.attempt,
-                    status=status,
-                    result=row.result,
-                    result_state=row.result_state,
-                    input_hash=row.input_hash,
-                )
+                return self._completed(row, hint=True if request.prefetch else None)
             if status is Status.RELEASED:
                 return self._reclaim(row, request, now)
             if row.owner == request.owner and row.lease_until:
@@ -172,6 +164,19 @@ class MemoryStore:
         row.expires = now + request.retention_ms if request.reconcile_first else 0
         row.updated = now
         return self._granted(row)
+
+    @staticmethod
+    def _completed(row: _Row, hint: object = None) -> Claim:
+        return Claim(
+            ClaimKind.COMPLETED,
+            token=row.token,
+            attempt=row.attempt,
+            status=Status.COMPLETED,
+            result=row.result,
+            result_state=row.result_state,
+            input_hash=row.input_hash,
+            prefetch_hint=hint,
+        )
 
     @staticmethod
     def _granted(row: _Row) -> Claim:
@@ -347,6 +352,18 @@ class MemoryStore:
                     row.watchers.remove(callback)
 
         return unsubscribe
+
+    def prefetch(self, run_id: str, hint: object = None) -> dict[str, Claim]:
+        """The completed records of a run, by effect key."""
+        with self._lock:
+            now = self._clock()
+            return {
+                key: self._completed(row)
+                for key in list(self._rows)
+                if (row := self._row(key, now)) is not None
+                and row.status is Status.COMPLETED
+                and row.run_id == run_id
+            }
 
     # -- operators -------------------------------------------------------------------------
 

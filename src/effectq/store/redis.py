@@ -27,8 +27,8 @@ from datetime import UTC, datetime
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
-from ..errors import CorruptRecordError, ResolveRefusedError, StoreError
-from ..keys import check_namespace, key_digest
+from ..errors import ConfigurationError, CorruptRecordError, ResolveRefusedError, StoreError
+from ..keys import check_namespace, key_digest, split_default_key
 from .base import Claim, ClaimKind, ClaimRequest, Record, ResultState, Status, Unsubscribe
 
 if TYPE_CHECKING:
@@ -97,13 +97,18 @@ class RedisStore:
     """
 
     def __init__(self, client: _redis.Redis, *, namespace: str = "default", prefix: str = "effectq") -> None:
+        options: dict[str, Any] = getattr(client, "get_connection_kwargs", dict)()
+        if options.get("decode_responses"):
+            raise ConfigurationError(
+                "RedisStore needs a client with decode_responses=False: records and results are bytes"
+            )
         self._client = client
         self._namespace = check_namespace(namespace)
         self._prefix = check_namespace(prefix)
         self._channel = f"{self._prefix}:{{{self._namespace}}}:notify"
         self._scripts = {name: client.register_script(_lua(name)) for name in _SCRIPTS}
         self._notifier = _Notifier(self)
-        self._layout: dict[str, list[str]] = {}
+        self._layouts: dict[str, _Layout] = {}
 
     @classmethod
     def from_url(
@@ -154,19 +159,41 @@ class RedisStore:
 
     def record_key(self, key: str) -> str:
         """The Redis key of an effect key's record."""
-        digest = key_digest(self._namespace, key)
-        return f"{self._tag(digest)}:{digest[2:34]}"
+        return self._layout_of(key).keys[0]
 
     def _keys(self, key: str) -> list[str]:
-        """[record, open index, doubt index] of a key; remembered, since a call asks twice."""
-        keys = self._layout.get(key)
-        if keys is None:
-            if len(self._layout) >= 4096:
-                self._layout.clear()
+        """[record, open index, doubt index] of a key."""
+        return self._layout_of(key).keys[:3]
+
+    def _layout_of(self, key: str) -> _Layout:
+        """Where a key's record lives; remembered, since one call asks more than once.
+
+        A key shaped like a default key (``run id:name:<sha256 hex>``) lives in its
+        run's bucket, beside the run's index of completed records, so a redelivered
+        run can fetch them all at once; any other key in its own bucket. The rule
+        reads the key alone, so an operator holding only the key finds the record.
+        """
+        layout = self._layouts.get(key)
+        if layout is None:
+            if len(self._layouts) >= 4096:
+                self._layouts.clear()
             digest = key_digest(self._namespace, key)
-            tag = self._tag(digest)
-            keys = self._layout[key] = [f"{tag}:{digest[2:34]}", f"{tag}:open", f"{tag}:doubt"]
-        return keys
+            parts = split_default_key(key)
+            if parts is None:
+                tag, run_index = self._tag(digest), None
+            else:
+                run_digest = key_digest(self._namespace, parts[0])
+                tag = self._tag(run_digest)
+                run_index = f"{tag}:run:{run_digest[2:34]}"
+            keys = [f"{tag}:{digest[:32]}", f"{tag}:open", f"{tag}:doubt"]
+            layout = self._layouts[key] = _Layout(keys, run_index, bytes.fromhex(digest[:32]))
+        return layout
+
+    def _run_index(self, run_id: str) -> tuple[str, str]:
+        """(the run's index of completed records, the tag of its bucket)."""
+        run_digest = key_digest(self._namespace, run_id)
+        tag = self._tag(run_digest)
+        return f"{tag}:run:{run_digest[2:34]}", tag
 
     def bucket_keys(self) -> Iterator[tuple[str, str]]:
         """Every (open index, doubt index) pair of this namespace, one per bucket."""
@@ -193,11 +220,13 @@ class RedisStore:
             ("r" if request.can_reconcile else "")
             + ("s" if request.replay_safe else "")
             + ("f" if request.reconcile_first else "")
+            + ("i" if request.prefetch else "")
         )
+        layout = self._layout_of(key)
         reply = self._run(
             "claim",
             key,
-            self._keys(key),
+            layout.keys if layout.run_index is None else [*layout.keys, layout.run_index],
             [
                 request.lease_ms,
                 request.owner,
@@ -212,8 +241,9 @@ class RedisStore:
         return self._decode_claim(key, reply)
 
     def _decode_claim(self, key: str, reply: Any) -> Claim:
+        hint = reply[10] if len(reply) > 10 else None
         try:
-            code, token, attempt, status, lease_ms, result, state, ihash, error, owner = reply
+            code, token, attempt, status, lease_ms, result, state, ihash, error, owner = reply[:10]
             kind = _CODES.get(int(code))
             found = _STATUS.get(status if isinstance(status, bytes) else str(status).encode())
         except (TypeError, ValueError) as exc:
@@ -240,6 +270,7 @@ class RedisStore:
             input_hash=_text(ihash),
             error=_text(error),
             owner=_text(owner),
+            prefetch_hint=hint if isinstance(hint, bytes) else None,
         )
 
     def complete(
@@ -252,13 +283,38 @@ class RedisStore:
         retention_ms: int,
     ) -> bool:
         payload = result if result_state is ResultState.STORED and result is not None else b""
+        layout = self._layout_of(key)
+        keys = layout.keys if layout.run_index is None else [*layout.keys, layout.run_index]
         reply = self._run(
             "complete",
             key,
-            self._keys(key),
-            [token, payload, result_state.value, retention_ms, self._channel],
+            keys,
+            [token, payload, result_state.value, retention_ms, self._channel, layout.digest],
         )
         return bool(reply)
+
+    def prefetch(self, run_id: str, hint: Any = None) -> _Prefetched:
+        """The completed records of a run, found by effect key, in one round trip.
+
+        The run's index (kept by complete.lua for default-shaped keys) lists the
+        records; ``hint`` is that index as a completed claim returned it (else it is
+        read first); one MGET reads them. Other keys are not indexed: they are
+        claimed as usual.
+        """
+        index, tag = self._run_index(run_id)
+        try:
+            raw = hint if isinstance(hint, bytes) else self._client.get(index)
+            raw = raw if isinstance(raw, bytes) else b""
+            record_keys = [f"{tag}:{raw[i : i + 16].hex()}" for i in range(0, len(raw) - 15, 16)]
+            values = self._client.mget(record_keys) if len(record_keys) > 1 else []
+        except Exception as exc:
+            raise self._failure("prefetch", run_id, exc) from exc
+        found: dict[str, Claim] = {}
+        for record_key, value in zip(record_keys, values, strict=False):
+            claim = _packed_claim(value) if isinstance(value, bytes) else None
+            if claim is not None:
+                found[record_key] = claim
+        return _Prefetched(self, found)
 
     def release(self, key: str, token: int, *, error: str, retention_ms: int) -> bool:
         keys = self._keys(key)
@@ -395,6 +451,53 @@ class RedisStore:
     def close(self) -> None:
         """Stop the notification listener (the client stays open: it is the caller's)."""
         self._notifier.close()
+
+
+class _Layout:
+    """The Redis keys of one effect key."""
+
+    __slots__ = ("digest", "keys", "run_index")
+
+    def __init__(self, keys: list[str], run_index: str | None, digest: bytes) -> None:
+        self.keys = keys
+        self.run_index = run_index
+        self.digest = digest
+
+
+class _Prefetched:
+    """A run's completed records, looked up by effect key."""
+
+    __slots__ = ("_found", "_store")
+
+    def __init__(self, store: RedisStore, found: dict[str, Claim]) -> None:
+        self._store = store
+        self._found = found
+
+    def __len__(self) -> int:
+        return len(self._found)
+
+    def get(self, key: str) -> Claim | None:
+        return self._found.get(self._store.record_key(key))
+
+
+def _packed_claim(packed: bytes) -> Claim | None:
+    """A COMPLETED claim from a packed record (None if it is not one)."""
+    parts = packed.split(b"\n", 10)
+    if len(parts) != 11 or parts[0] != b"c1":
+        return None
+    try:
+        state = ResultState(parts[3].decode())
+        return Claim(
+            ClaimKind.COMPLETED,
+            token=int(parts[1]),
+            attempt=int(parts[2]),
+            status=Status.COMPLETED,
+            result=parts[10] if state is ResultState.STORED else None,
+            result_state=state,
+            input_hash=parts[8].decode(),
+        )
+    except ValueError:
+        return None
 
 
 def _refusal(status: Status | None) -> str:

@@ -8,14 +8,16 @@ is listening" flag. A completed record is one packed string (see complete.lua).
 KEYS[1] the record (hash)
 KEYS[2] the open index (zset: pending/dispatched records, score = lease end)
 KEYS[3] the doubt index (zset: unknown records, score = when they became unknown)
+KEYS[4] (default keys only) the run's index of completed records (see complete.lua)
 ARGV[1] lease, ms
 ARGV[2] owner: unique per call; a retried claim with the same owner gets its grant back
-ARGV[3] flags: "r" may reconcile an unknown, "s" replay safe, "f" reconcile before a first run
+ARGV[3] flags: "r" may reconcile an unknown, "s" replay safe, "f" reconcile before a first run,
+        "i" on a completed record, also return the run's index (a redelivery prefetches the rest)
 ARGV[4] input hash, or ""
 ARGV[5] effect name        ARGV[6] run id        ARGV[7] effect key
 ARGV[8] retention of a pending record, ms
 
-Reply: {code, token, attempt, status, lease_ms, result, result_state, input_hash, error, owner}
+Reply: {code, token, attempt, status, lease_ms, result, result_state, input_hash, error, owner[, index]}
   code  1 CLAIMED    the caller holds a dispatched claim and must execute
         2 COMPLETED  result / result_state / input_hash are the recorded ones
         3 IN_FLIGHT  lease_ms is the holder's remaining lease, owner the holder
@@ -37,7 +39,11 @@ if kind == 'string' then
   local version, tok, att, state, _, _, _, _, ihash, _, result_at =
     string.match(packed, '^(c1)\n(%d+)\n(%d+)\n([^\n]*)\n([^\n]*)\n([^\n]*)\n([^\n]*)\n([^\n]*)\n([^\n]*)\n([^\n]*)\n()')
   if not version then return {-1, 0, 0, 'packed', 0, false, '', '', '', ''} end
-  return {2, tonumber(tok), tonumber(att), 'c', 0, string.sub(packed, result_at), state, ihash, '', ''}
+  local reply = {2, tonumber(tok), tonumber(att), 'c', 0, string.sub(packed, result_at), state, ihash, '', ''}
+  if KEYS[4] and string.find(ARGV[3], 'i', 1, true) then
+    reply[11] = redis.call('GET', KEYS[4])
+  end
+  return reply
 end
 if kind ~= 'hash' and kind ~= 'none' then
   return {-1, 0, 0, kind, 0, false, '', '', '', ''}
@@ -48,15 +54,24 @@ local tok, att, x = tonumber(r[2]) or 0, tonumber(r[3]) or 0, tonumber(r[4]) or 
 local own, ihash, err = r[5] or '', r[6] or '', r[7] or ''
 
 local function grant(status, newtok, newatt, fresh)
-  redis.call('HSET', rec, 's', status, 't', newtok, 'a', newatt, 'x', now + lease, 'o', owner,
-    'n', ARGV[5], 'u', ARGV[6], 'k', ARGV[7], 'm', now)
+  local fields = {'s', status, 't', newtok, 'a', newatt, 'x', now + lease, 'o', owner,
+    'n', ARGV[5], 'u', ARGV[6], 'k', ARGV[7], 'm', now}
   if fresh then
-    redis.call('HSET', rec, 'c', now)
+    fields[#fields + 1] = 'c'
+    fields[#fields + 1] = now
   else
     redis.call('HDEL', rec, 'e', 'i')
   end
-  if ARGV[4] ~= '' then redis.call('HSET', rec, 'i', ARGV[4]) end
-  if status == 'p' then redis.call('PEXPIRE', rec, ARGV[8]) else redis.call('PERSIST', rec) end
+  if ARGV[4] ~= '' then
+    fields[#fields + 1] = 'i'
+    fields[#fields + 1] = ARGV[4]
+  end
+  redis.call('HSET', rec, unpack(fields))
+  if status == 'p' then
+    redis.call('PEXPIRE', rec, ARGV[8])
+  elseif not fresh then
+    redis.call('PERSIST', rec)
+  end
   redis.call('ZADD', open, now + lease, rec)
   if not fresh then redis.call('ZREM', doubt, rec) end
   local code = 1

@@ -10,11 +10,13 @@ key form: ":" + the first 16 hex of the input hash when the key is "run id:name:
 (the default key, which the caller can recompute), else the whole key.
 
 KEYS[1] the record   KEYS[2] the open index   KEYS[3] the doubt index
+KEYS[4] (default keys only) the run's index of completed records: a string of 16-byte digests
 ARGV[1] token
 ARGV[2] result bytes ("" with a result state other than stored)
 ARGV[3] result state: "" stored, "too_large", "unserialisable"
 ARGV[4] retention, ms
 ARGV[5] notification channel
+ARGV[6] the record's 16-byte digest, appended to the run's index
 
 Reply: 1 recorded (or already recorded by this token); 0 lost: the token no longer holds it.
 ]]
@@ -43,6 +45,10 @@ end
 local packed = table.concat({'c1', r[2], r[4] or '0', ARGV[3], now, name, run, form, r[8] or '', '',
   ARGV[2]}, '\n')
 redis.call('SET', rec, packed, 'PX', ARGV[4])
+if KEYS[4] then
+  redis.call('APPEND', KEYS[4], ARGV[6])
+  redis.call('PEXPIRE', KEYS[4], ARGV[4])
+end
 redis.call('ZREM', KEYS[2], rec)
 if s == 'u' then redis.call('ZREM', KEYS[3], rec) end
 if r[3] then redis.call('PUBLISH', ARGV[5], rec) end
