@@ -267,8 +267,8 @@ def _claim(call: Call) -> Generator[Op, Any, tuple[Claim, int]]:
 
 def _abandon(call: Call) -> Callable[[], None]:
     def abandon() -> None:
-        claim = call.store.claim(call.key, call.request)
-        if claim.kind in (ClaimKind.CLAIMED, ClaimKind.RECONCILE) and claim.owner == call.request.owner:
+        claim = call.store.claim(call.key, call.request)  # our grant back, or a new one: nothing ran
+        if claim.kind in (ClaimKind.CLAIMED, ClaimKind.RECONCILE):
             call.store.release(
                 call.key,
                 claim.token,

@@ -18,6 +18,7 @@ them after a ``SCRIPT FLUSH`` or a failover.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import logging
 import os
 import threading
@@ -30,6 +31,14 @@ from typing import TYPE_CHECKING, Any
 from ..errors import ConfigurationError, CorruptRecordError, ResolveRefusedError, StoreError
 from ..keys import check_namespace, key_digest, split_default_key
 from .base import Claim, ClaimKind, ClaimRequest, Record, ResultState, Status, Unsubscribe
+
+try:
+    from redis.exceptions import NoScriptError as _NoScriptError
+except ImportError:  # pragma: no cover - the store is unusable without redis-py anyway
+
+    class _NoScriptError(Exception):  # type: ignore[no-redef]
+        pass
+
 
 if TYPE_CHECKING:
     import redis as _redis
@@ -52,6 +61,7 @@ _STATUS = {
     b"r": Status.RELEASED,
     b"u": Status.UNKNOWN,
 }
+_RESULT_STATES = {state.value.encode(): state for state in ResultState}
 _SCRIPTS = ("claim", "complete", "release", "mark_unknown", "dispatch", "renew", "resolve", "read")
 _DEFAULT_TIMEOUTS = {"socket_timeout": 5.0, "socket_connect_timeout": 5.0}
 
@@ -107,6 +117,7 @@ class RedisStore:
         self._prefix = check_namespace(prefix)
         self._channel = f"{self._prefix}:{{{self._namespace}}}:notify"
         self._scripts = {name: client.register_script(_lua(name)) for name in _SCRIPTS}
+        self._pool, self._pool_args = _lean_pool(client)
         self._notifier = _Notifier(self)
         self._layouts: dict[str, _Layout] = {}
 
@@ -202,10 +213,39 @@ class RedisStore:
             yield f"{tag}:open", f"{tag}:doubt"
 
     def _run(self, name: str, key: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        script = self._scripts[name]
         try:
-            return self._scripts[name](keys=keys, args=args)
+            if self._pool is not None:
+                return self._evalsha(script, keys, args)
+            return script(keys=keys, args=args)
         except Exception as exc:
             raise self._failure(name, key, exc) from exc
+
+    def _evalsha(self, script: Any, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        """EVALSHA on a pooled connection, without redis-py's per-command machinery.
+
+        For a plain ``redis.Redis`` the command path costs more than the script: this
+        sends the same command on the same pool, loads the script after a NOSCRIPT
+        (a restart or SCRIPT FLUSH), and drops a connection that failed. Retrying is
+        the engine's: claims retry with the same owner, completions are idempotent
+        for their token.
+        """
+        pool = self._pool
+        conn = pool.get_connection(*self._pool_args)
+        try:
+            try:
+                conn.send_command("EVALSHA", script.sha, len(keys), *keys, *args)
+                return conn.read_response()
+            except _NoScriptError:
+                conn.send_command("SCRIPT", "LOAD", script.script)
+                conn.read_response()
+                conn.send_command("EVALSHA", script.sha, len(keys), *keys, *args)
+                return conn.read_response()
+        except BaseException:
+            conn.disconnect()  # the reply may be half read: never hand this socket out again
+            raise
+        finally:
+            pool.release(conn)
 
     def _failure(self, op: str, key: str, exc: BaseException) -> StoreError:
         text = str(exc)
@@ -241,37 +281,59 @@ class RedisStore:
         return self._decode_claim(key, reply)
 
     def _decode_claim(self, key: str, reply: Any) -> Claim:
-        hint = reply[10] if len(reply) > 10 else None
+        """The one place claim replies are read (their layouts are in claim.lua)."""
         try:
-            code, token, attempt, status, lease_ms, result, state, ihash, error, owner = reply[:10]
-            kind = _CODES.get(int(code))
-            found = _STATUS.get(status if isinstance(status, bytes) else str(status).encode())
-        except (TypeError, ValueError) as exc:
+            code = int(reply[0])
+            if code == 2:
+                state = _RESULT_STATES.get(reply[4])
+                if state is None:
+                    raise CorruptRecordError(key, f"result state {_text(reply[4])!r}")
+                hint = reply[6] if len(reply) > 6 else None
+                return Claim(
+                    ClaimKind.COMPLETED,
+                    token=int(reply[1]),
+                    attempt=int(reply[2]),
+                    status=Status.COMPLETED,
+                    result=reply[3] if state is ResultState.STORED else None,
+                    result_state=state,
+                    input_hash=_text(reply[5]),
+                    prefetch_hint=hint if isinstance(hint, bytes) else None,
+                )
+            if code in (1, 5):
+                return Claim(
+                    _CODES[code],
+                    token=int(reply[1]),
+                    attempt=int(reply[2]),
+                    status=_STATUS[reply[3]],
+                    error=_text(reply[4]),
+                )
+            if code == 3:
+                return Claim(
+                    ClaimKind.IN_FLIGHT,
+                    token=int(reply[1]),
+                    attempt=int(reply[2]),
+                    status=_STATUS[reply[3]],
+                    lease_ms=int(reply[4]),
+                    owner=_text(reply[5]),
+                )
+            if code == 4:
+                return Claim(
+                    ClaimKind.UNKNOWN,
+                    token=int(reply[1]),
+                    attempt=int(reply[2]),
+                    status=Status.UNKNOWN,
+                    error=_text(reply[3]),
+                    owner=_text(reply[4]),
+                    input_hash=_text(reply[5]),
+                )
+        except (TypeError, ValueError, IndexError, KeyError) as exc:
             raise StoreError(f"effectq claim got an unexpected reply for key {key!r}: {reply!r}") from exc
-        if kind is None or found is None:
-            what = _text(status)
-            if what == "packed":
-                raise CorruptRecordError(key, "a string that is not a packed completed record")
-            if what in ("list", "set", "zset", "stream"):
-                raise CorruptRecordError(key, f"the Redis key holds another type ({what})")
-            raise CorruptRecordError(key, f"status {what!r}")
-        try:
-            result_state = ResultState(_text(state))
-        except ValueError:
-            raise CorruptRecordError(key, f"result state {_text(state)!r}") from None
-        return Claim(
-            kind,
-            token=int(token),
-            attempt=int(attempt),
-            status=found,
-            lease_ms=int(lease_ms),
-            result=result if isinstance(result, bytes) and result_state is ResultState.STORED else None,
-            result_state=result_state,
-            input_hash=_text(ihash),
-            error=_text(error),
-            owner=_text(owner),
-            prefetch_hint=hint if isinstance(hint, bytes) else None,
-        )
+        what = _text(reply[1]) if code == -1 and len(reply) > 1 else f"reply code {code}"
+        if what == "packed":
+            raise CorruptRecordError(key, "a string that is not a packed completed record")
+        if what.startswith("status "):
+            raise CorruptRecordError(key, f"status {what[7:]!r}")
+        raise CorruptRecordError(key, f"the Redis key holds another type ({what})")
 
     def complete(
         self,
@@ -510,6 +572,24 @@ def _refusal(status: Status | None) -> str:
     return ""
 
 
+def _lean_pool(client: Any) -> tuple[Any, tuple[str, ...]]:
+    """The pool to send scripts on directly: only for a plain ``redis.Redis`` (not a subclass,
+    a cluster client, or a single-connection client), else None and scripts go through redis-py.
+    """
+    try:
+        import redis
+    except ImportError:  # pragma: no cover - a client without redis-py installed
+        return None, ()
+    pool = getattr(client, "connection_pool", None)
+    if type(client) is not redis.Redis or getattr(client, "connection", None) is not None:
+        return None, ()
+    if not isinstance(pool, redis.ConnectionPool):
+        return None, ()
+    parameter = inspect.signature(pool.get_connection).parameters.get("command_name")
+    needs_name = parameter is not None and parameter.default is inspect.Parameter.empty
+    return pool, ("EVALSHA",) if needs_name else ()
+
+
 def _import_redis() -> Any:
     try:
         import redis
@@ -575,28 +655,33 @@ class _Notifier:
         self._thread.start()
 
     def _listen(self, pubsub: Any) -> None:
-        while not self._closed and pubsub is self._pubsub:
-            try:
-                message = pubsub.get_message(timeout=1.0)
-            except Exception as exc:  # connection lost: waiters poll meanwhile
-                log.warning("effectq: notification listener lost its connection (%s); retrying", exc)
-                time.sleep(0.5)
-                with contextlib.suppress(Exception):  # the next loop retries
-                    pubsub.subscribe(self._store._channel)
-                continue
-            if not message or message.get("type") != "message":
-                continue
-            with self._lock:
-                callbacks = self._callbacks.pop(message["data"], [])
-            for callback in callbacks:
+        """Dispatch notifications until closed; this thread alone reads, and closes, ``pubsub``."""
+        try:
+            while not self._closed and pubsub is self._pubsub:
                 try:
-                    callback()
-                except Exception:  # pragma: no cover - callbacks only set events
-                    log.exception("effectq: a waiter callback failed")
-
-    def close(self) -> None:
-        self._closed = True
-        pubsub, self._pubsub = self._pubsub, None
-        if pubsub is not None:
+                    message = pubsub.get_message(timeout=0.5)
+                except Exception as exc:  # connection lost: waiters poll meanwhile
+                    if self._closed:
+                        break
+                    log.warning("effectq: notification listener lost its connection (%s); retrying", exc)
+                    time.sleep(0.5)
+                    with contextlib.suppress(Exception):  # the next loop retries
+                        pubsub.subscribe(self._store._channel)
+                    continue
+                if not message or message.get("type") != "message":
+                    continue
+                with self._lock:
+                    callbacks = list(self._callbacks.get(message["data"], ()))
+                for callback in callbacks:
+                    try:
+                        callback()
+                    except Exception:  # pragma: no cover - callbacks only set events
+                        log.exception("effectq: a waiter callback failed")
+        finally:
             with contextlib.suppress(Exception):  # closing a dead connection
                 pubsub.close()
+
+    def close(self) -> None:
+        """Stop listening; the listener thread closes its connection within half a second."""
+        self._closed = True
+        self._pubsub = None

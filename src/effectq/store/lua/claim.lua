@@ -5,7 +5,7 @@ r released, u unknown), t fencing token, a attempt, x lease end (ms, Redis clock
 n effect name, u run id, k effect key, i input hash, e error, c created, m modified, w "a waiter
 is listening" flag. A completed record is one packed string (see complete.lua).
 
-KEYS[1] the record (hash)
+KEYS[1] the record
 KEYS[2] the open index (zset: pending/dispatched records, score = lease end)
 KEYS[3] the doubt index (zset: unknown records, score = when they became unknown)
 KEYS[4] (default keys only) the run's index of completed records (see complete.lua)
@@ -17,38 +17,36 @@ ARGV[4] input hash, or ""
 ARGV[5] effect name        ARGV[6] run id        ARGV[7] effect key
 ARGV[8] retention of a pending record, ms
 
-Reply: {code, token, attempt, status, lease_ms, result, result_state, input_hash, error, owner[, index]}
-  code  1 CLAIMED    the caller holds a dispatched claim and must execute
-        2 COMPLETED  result / result_state / input_hash are the recorded ones
-        3 IN_FLIGHT  lease_ms is the holder's remaining lease, owner the holder
-        4 UNKNOWN    maybe applied; error says why
-        5 RECONCILE  the caller holds a lease to ask the remote system (status p or u)
-       -1 CORRUPT    status holds what was found
+Reply, by its first element:
+   1 CLAIMED    {1, token, attempt, status, error}  the caller holds a dispatched claim: execute
+                (error: why an unknown is being re-run, when replay_safe re-dispatched it)
+   2 COMPLETED  {2, token, attempt, result, result state, input hash[, run index]}
+   3 IN_FLIGHT  {3, token, attempt, status, remaining lease ms, holder}
+   4 UNKNOWN    {4, token, attempt, error, last holder, input hash}  maybe applied
+   5 RECONCILE  {5, token, attempt, status, error}  the caller holds a lease to ask the remote
+                system (status p: nothing ran yet; u: the outcome is unknown)
+  -1 CORRUPT    {-1, what was found}
 ]]
-local rec, open, doubt = KEYS[1], KEYS[2], KEYS[3]
-local lease, owner, flags = tonumber(ARGV[1]), ARGV[2], ARGV[3]
-local may_reconcile = string.find(flags, 'r', 1, true) ~= nil
-local replay_safe = string.find(flags, 's', 1, true) ~= nil
-local first = string.find(flags, 'f', 1, true) ~= nil
-local clock = redis.call('TIME')
-local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
-
-local kind = redis.call('TYPE', rec)['ok']
-if kind == 'string' then
-  local packed = redis.call('GET', rec)
-  local version, tok, att, state, _, _, _, _, ihash, _, result_at =
-    string.match(packed, '^(c1)\n(%d+)\n(%d+)\n([^\n]*)\n([^\n]*)\n([^\n]*)\n([^\n]*)\n([^\n]*)\n([^\n]*)\n([^\n]*)\n()')
-  if not version then return {-1, 0, 0, 'packed', 0, false, '', '', '', ''} end
-  local reply = {2, tonumber(tok), tonumber(att), 'c', 0, string.sub(packed, result_at), state, ihash, '', ''}
+local rec = KEYS[1]
+local r = redis.pcall('HMGET', rec, 's', 't', 'a', 'x', 'o', 'i', 'e')
+if r['err'] then
+  -- Not a hash: a completed record (one packed string), or not a record effectq wrote.
+  local packed = redis.pcall('GET', rec)
+  if type(packed) ~= 'string' then return {-1, redis.call('TYPE', rec)['ok']} end
+  local tok, att, state, ihash, result_at = string.match(packed,
+    '^c1\n(%d+)\n(%d+)\n([^\n]*)\n[^\n]*\n[^\n]*\n[^\n]*\n[^\n]*\n([^\n]*)\n[^\n]*\n()')
+  if not tok then return {-1, 'packed'} end
+  local reply = {2, tonumber(tok), tonumber(att), string.sub(packed, result_at), state, ihash}
   if KEYS[4] and string.find(ARGV[3], 'i', 1, true) then
-    reply[11] = redis.call('GET', KEYS[4])
+    reply[7] = redis.call('GET', KEYS[4])
   end
   return reply
 end
-if kind ~= 'hash' and kind ~= 'none' then
-  return {-1, 0, 0, kind, 0, false, '', '', '', ''}
-end
-local r = redis.call('HMGET', rec, 's', 't', 'a', 'x', 'o', 'i', 'e')
+
+local open, doubt = KEYS[2], KEYS[3]
+local lease, owner, flags = tonumber(ARGV[1]), ARGV[2], ARGV[3]
+local clock = redis.call('TIME')
+local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 local s = r[1]
 local tok, att, x = tonumber(r[2]) or 0, tonumber(r[3]) or 0, tonumber(r[4]) or 0
 local own, ihash, err = r[5] or '', r[6] or '', r[7] or ''
@@ -74,18 +72,17 @@ local function grant(status, newtok, newatt, fresh)
   end
   redis.call('ZADD', open, now + lease, rec)
   if not fresh then redis.call('ZREM', doubt, rec) end
-  local code = 1
-  if status == 'p' then code = 5 end
-  return {code, newtok, newatt, status, lease, false, '', ARGV[4], '', owner}
+  if status == 'p' then return {5, newtok, newatt, status, ''} end
+  return {1, newtok, newatt, status, ''}
 end
 
 local function in_flight()
   redis.call('HSET', rec, 'w', 1)
-  return {3, tok, att, s, x - now, false, '', ihash, '', own}
+  return {3, tok, att, s, x - now, own}
 end
 
 local function fresh_claim(newtok, newatt, fresh)
-  if first then return grant('p', newtok, newatt, fresh) end
+  if string.find(flags, 'f', 1, true) then return grant('p', newtok, newatt, fresh) end
   return grant('d', newtok, newatt + 1, fresh)
 end
 
@@ -96,13 +93,12 @@ if s == 'r' then
   return fresh_claim(tok + 1, att, false)
 end
 if s ~= 'p' and s ~= 'd' and s ~= 'u' then
-  return {-1, tok, att, s, 0, false, '', '', '', ''}
+  return {-1, 'status ' .. s}
 end
 if x > 0 and own == owner then
   -- a retried claim of our own: the same grant again
-  local code = 1
-  if s ~= 'd' then code = 5 end
-  return {code, tok, att, s, x - now, false, '', ihash, err, own}
+  if s == 'd' then return {1, tok, att, s, err} end
+  return {5, tok, att, s, err}
 end
 if s == 'p' then
   if x > now then return in_flight() end
@@ -118,14 +114,14 @@ if s == 'd' then
 end
 -- unknown
 if x > now then return in_flight() end
-if may_reconcile then
+if string.find(flags, 'r', 1, true) then
   redis.call('HSET', rec, 't', tok + 1, 'x', now + lease, 'o', owner, 'm', now)
-  return {5, tok + 1, att, s, lease, false, '', ihash, err, owner}
+  return {5, tok + 1, att, s, err}
 end
-if replay_safe then
+if string.find(flags, 's', 1, true) then
   redis.call('HSET', rec, 's', 'd', 't', tok + 1, 'a', att + 1, 'x', now + lease, 'o', owner, 'm', now)
   redis.call('ZREM', doubt, rec)
   redis.call('ZADD', open, now + lease, rec)
-  return {1, tok + 1, att + 1, 'd', lease, false, '', ihash, err, owner}
+  return {1, tok + 1, att + 1, 'd', err}
 end
-return {4, tok, att, s, 0, false, '', ihash, err, own}
+return {4, tok, att, err, own, ihash}

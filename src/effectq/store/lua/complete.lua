@@ -21,15 +21,13 @@ ARGV[6] the record's 16-byte digest, appended to the run's index
 Reply: 1 recorded (or already recorded by this token); 0 lost: the token no longer holds it.
 ]]
 local rec = KEYS[1]
-local kind = redis.call('TYPE', rec)['ok']
-if kind == 'string' then
-  local packed = redis.call('GET', rec)
-  local token = string.match(packed, '^c1\n(%d+)\n')
-  if token == ARGV[1] then return 1 end
+local r = redis.pcall('HMGET', rec, 's', 't', 'w', 'a', 'n', 'u', 'k', 'i')
+if r['err'] then
+  -- Not a hash: completed already (a packed string), by this token or not.
+  local packed = redis.pcall('GET', rec)
+  if type(packed) == 'string' and string.match(packed, '^c1\n(%d+)\n') == ARGV[1] then return 1 end
   return 0
 end
-if kind ~= 'hash' then return 0 end
-local r = redis.call('HMGET', rec, 's', 't', 'w', 'a', 'n', 'u', 'k', 'i')
 local s = r[1]
 if not s or r[2] ~= ARGV[1] then return 0 end
 if s ~= 'd' and s ~= 'p' and s ~= 'u' then return 0 end
@@ -45,9 +43,8 @@ end
 local packed = table.concat({'c1', r[2], r[4] or '0', ARGV[3], now, name, run, form, r[8] or '', '',
   ARGV[2]}, '\n')
 redis.call('SET', rec, packed, 'PX', ARGV[4])
-if KEYS[4] then
-  redis.call('APPEND', KEYS[4], ARGV[6])
-  redis.call('PEXPIRE', KEYS[4], ARGV[4])
+if KEYS[4] and redis.call('APPEND', KEYS[4], ARGV[6]) == #ARGV[6] then
+  redis.call('PEXPIRE', KEYS[4], ARGV[4]) -- set once, when the run's first completion makes it
 end
 redis.call('ZREM', KEYS[2], rec)
 if s == 'u' then redis.call('ZREM', KEYS[3], rec) end

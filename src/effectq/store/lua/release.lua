@@ -9,8 +9,8 @@ ARGV[1] token   ARGV[2] error (why)   ARGV[3] retention, ms   ARGV[4] notificati
 Reply: 1 done; 0 lost: the token no longer holds it.
 ]]
 local rec = KEYS[1]
-if redis.call('TYPE', rec)['ok'] ~= 'hash' then return 0 end -- completed (a string) or gone
-local r = redis.call('HMGET', rec, 's', 't', 'w')
+local r = redis.pcall('HMGET', rec, 's', 't', 'w')
+if r['err'] then return 0 end -- completed (a packed string): nothing to change
 local s = r[1]
 if not s or r[2] ~= ARGV[1] then return 0 end
 local clock = redis.call('TIME')

@@ -6,8 +6,8 @@ ARGV[1] token   ARGV[2] lease, ms
 Reply: 1 renewed; 0 lost (taken over, settled, or the lease was given up).
 ]]
 local rec = KEYS[1]
-if redis.call('TYPE', rec)['ok'] ~= 'hash' then return 0 end -- completed (a string) or gone
-local r = redis.call('HMGET', rec, 's', 't', 'x')
+local r = redis.pcall('HMGET', rec, 's', 't', 'x')
+if r['err'] then return 0 end -- completed (a packed string): nothing to change
 local s = r[1]
 if not s or r[2] ~= ARGV[1] or (tonumber(r[3]) or 0) == 0 then return 0 end
 if s ~= 'd' and s ~= 'p' and s ~= 'u' then return 0 end

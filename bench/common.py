@@ -1,0 +1,136 @@
+"""What every benchmark shares: a Redis of its own, percentiles, tables, the machine.
+
+Each benchmark measures its systems side by side in one run, interleaved in
+rounds (A, B, C, A, B, C, ...), against the same Redis, so a noisy neighbour
+slows every system alike and the ratios stay meaningful. Figures are medians
+and percentiles of many single calls, in microseconds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import platform
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import redis
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+@contextlib.contextmanager
+def redis_server(url: str | None = None) -> Iterator[str]:
+    """A Redis to measure against: ``url`` if given, else a redis-server of our own on a free port.
+
+    A server of our own sees no other client's traffic and keeps nothing on disk.
+    """
+    if url:
+        yield url
+        return
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    with tempfile.TemporaryDirectory() as scratch:
+        proc = subprocess.Popen(
+            ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+             "--dir", scratch],
+            stdout=subprocess.DEVNULL,
+        )
+        try:
+            client = redis.Redis(port=port)
+            for _ in range(200):
+                with contextlib.suppress(redis.ConnectionError):
+                    client.ping()
+                    break
+                time.sleep(0.025)
+            client.close()
+            yield f"redis://127.0.0.1:{port}/0"
+        finally:
+            proc.terminate()
+            proc.wait(10)
+
+
+def percentile(samples: Sequence[float], p: float) -> float:
+    ordered = sorted(samples)
+    if not ordered:
+        return float("nan")
+    index = min(len(ordered) - 1, max(0, round(p / 100 * (len(ordered) - 1))))
+    return ordered[index]
+
+
+@dataclass
+class Series:
+    """Latencies of one system, in seconds."""
+
+    name: str
+    samples: list[float] = field(default_factory=list)
+
+    def us(self, p: float) -> float:
+        return percentile(self.samples, p) * 1e6
+
+
+def interleave(systems: dict[str, Callable[[int], None]], n: int, rounds: int = 10) -> dict[str, Series]:
+    """Time ``n`` single calls of each system, in ``rounds`` interleaved batches.
+
+    Each system gets the indexes 0..n-1 once, so a call never repeats another's
+    work by accident (first-time calls stay first-time).
+    """
+    series = {name: Series(name) for name in systems}
+    per_round = max(1, n // rounds)
+    for start in range(0, n, per_round):
+        stop = min(n, start + per_round)
+        for name, call in systems.items():
+            samples = series[name].samples
+            clock = time.perf_counter
+            for i in range(start, stop):
+                began = clock()
+                call(i)
+                samples.append(clock() - began)
+    return series
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    """A markdown table."""
+    text = [list(map(str, headers))] + [[_cell(c) for c in row] for row in rows]
+    widths = [max(len(row[i]) for row in text) for i in range(len(headers))]
+    lines = ["| " + " | ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)) + " |" for row in text]
+    lines.insert(1, "| " + " | ".join("-" * w for w in widths) + " |")
+    return "\n".join(lines)
+
+
+def _cell(value: object) -> str:
+    if isinstance(value, float):
+        return f"{value:.2f}" if value < 10 else f"{value:.1f}" if value < 1000 else f"{value:,.0f}"
+    return str(value)
+
+
+def machine(url: str) -> str:
+    """One line naming where the figures came from."""
+    cpu = platform.processor() or platform.machine()
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    info = redis.Redis.from_url(url).info("server")
+    return (
+        f"{cpu}, {os.cpu_count()} cores; Python {platform.python_version()} ({sys.implementation.name}); "
+        f"redis-py {redis.__version__}; Redis {info.get('redis_version')} on loopback; "
+        f"{platform.system()} {platform.release()}"
+    )
+
+
+def cleanup(url: str, *patterns: str) -> None:
+    client = redis.Redis.from_url(url)
+    for pattern in patterns:
+        keys = list(client.scan_iter(match=pattern, count=1000))
+        for i in range(0, len(keys), 500):
+            client.delete(*keys[i : i + 500])
+    client.close()

@@ -1,0 +1,146 @@
+"""Latency of one effect: first time and replay, against the floor and against Powertools.
+
+The floor is what no idempotency layer can beat on the same client: two plain
+redis-py round trips (``SET NX``, then ``SET`` of the result) for a first-time
+effect, one (``GET``) for a replay. Powertools is AWS Lambda Powertools'
+``idempotent_function`` with its Redis persistence layer on the same Redis.
+All three run interleaved in one process, the function itself a no-op.
+
+    python bench/latency.py [-n 5000] [--redis-url URL]
+"""
+
+from __future__ import annotations
+
+import argparse
+import threading
+import uuid
+import warnings
+from typing import Any
+
+import redis
+
+import effectq
+from effectq import events
+
+try:
+    from common import Series, interleave, redis_server, table
+except ImportError:  # imported as bench.latency
+    from .common import Series, interleave, redis_server, table
+
+
+def powertools_effect(client: redis.Redis) -> Any:
+    """A Powertools idempotent function on ``client``, or None when Powertools is not installed."""
+    try:
+        from aws_lambda_powertools.utilities.idempotency import IdempotencyConfig, idempotent_function
+        from aws_lambda_powertools.utilities.idempotency.persistence import redis as pt_redis
+    except ImportError:
+        return None
+    layer_class = getattr(pt_redis, "CachePersistenceLayer", None) or pt_redis.RedisCachePersistenceLayer
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        layer = layer_class(client=client)
+    config = IdempotencyConfig(expires_after_seconds=7 * 24 * 3600)
+
+    @idempotent_function(data_keyword_argument="payload", persistence_store=layer, config=config)
+    def noop(payload: dict[str, int]) -> dict[str, int]:
+        return payload
+
+    return noop
+
+
+def measure(url: str, n: int) -> dict[str, Any]:
+    """Run the latency benchmark; returns the series and derived figures."""
+    tag = uuid.uuid4().hex[:8]
+    client = redis.Redis.from_url(url)
+    store = effectq.RedisStore(client, namespace=f"bench-{tag}")
+
+    @effectq.effect(name="bench.noop")
+    def noop(i: int) -> int:
+        return i
+
+    powertools = powertools_effect(client)
+    transitions: dict[str, list[float]] = {"claim": [], "complete": [], "replay": []}
+
+    def listen(event: events.Event) -> None:
+        kind = {"claimed": "claim", "completed": "complete", "replayed": "replay"}.get(event.kind)
+        if kind:
+            transitions[kind].append(event.duration)
+
+    threads_before = threading.active_count()
+    warnings.simplefilter("ignore")  # Powertools warns on every call outside Lambda
+    unsubscribe = events.subscribe(listen)
+    try:
+        with effectq.run(f"bench-{tag}", store=store) as bound:
+            noop(-1)  # load the scripts
+            bound.prefetch_tried = True  # measure the single-claim replay, not a run's prefetch
+            first: dict[str, Any] = {
+                "floor (SET NX + SET)": lambda i: (
+                    client.set(f"floor:{tag}:{i}", b"1", nx=True),
+                    client.set(f"floor:{tag}:{i}", b"result"),
+                ),
+                "effectq": noop,
+            }
+            replay: dict[str, Any] = {"floor (GET)": lambda i: client.get(f"floor:{tag}:{i}"), "effectq": noop}
+            if powertools is not None:
+                first["Powertools"] = lambda i: powertools(payload={"n": i})
+                replay["Powertools"] = lambda i: powertools(payload={"n": i})
+            first_series = interleave(first, n)
+            replay_series = interleave(replay, n)
+    finally:
+        unsubscribe()
+        warnings.resetwarnings()
+    threads_after = threading.active_count()
+    client.close()
+    return {
+        "first": first_series,
+        "replay": replay_series,
+        "transitions": {k: Series(k, v) for k, v in transitions.items()},
+        "threads_started": threads_after - threads_before,
+        "n": n,
+        "cleanup": [f"floor:{tag}:*", f"effectq:{{bench-{tag}*", "*bench_noop*", "*noop#*"],
+    }
+
+
+def report(result: dict[str, Any]) -> str:
+    first, replay = result["first"], result["replay"]
+    rows = []
+    for label, series, floor in (
+        ("first-time", first, first["floor (SET NX + SET)"]),
+        ("replay", replay, replay["floor (GET)"]),
+    ):
+        for name, s in series.items():
+            rows.append(
+                (label, name, s.us(50), s.us(95), s.us(99), s.us(50) / floor.us(50), s.us(95) / floor.us(95))
+            )
+    out = [
+        f"### Latency of one effect (n = {result['n']} each, interleaved; µs)",
+        "",
+        table(["path", "system", "p50", "p95", "p99", "p50 / floor", "p95 / floor"], rows),
+    ]
+    if "Powertools" in first:
+        pt_first = first["effectq"].us(50) / first["Powertools"].us(50)
+        pt_replay = replay["effectq"].us(50) / replay["Powertools"].us(50)
+        out += ["", f"effectq / Powertools at p50: first-time {pt_first:.2f}x, replay {pt_replay:.2f}x."]
+    t = result["transitions"]
+    out += [
+        "",
+        "Per transition, as the engine saw each store round trip (µs): "
+        + ", ".join(f"{k} p50 {s.us(50):.0f} / p95 {s.us(95):.0f}" for k, s in t.items() if s.samples)
+        + ".",
+        f"Threads started by {2 * result['n']} effect calls: {result['threads_started']} "
+        "(leases are renewed by one heartbeat thread per process, started once).",
+    ]
+    return "\n".join(out)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("-n", type=int, default=5000)
+    parser.add_argument("--redis-url")
+    args = parser.parse_args()
+    with redis_server(args.redis_url) as url:
+        print(report(measure(url, args.n)))
+
+
+if __name__ == "__main__":
+    main()
