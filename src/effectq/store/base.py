@@ -148,7 +148,8 @@ class Claim:
 class Record:
     """A whole stored record, for operators and tests.
 
-    Times are the store's clock, in UTC.
+    Times are the store's clock, in UTC. ``unknown_since`` is when an UNKNOWN
+    record became unknown (for one whose holder died, when its lease ran out).
     """
 
     key: str
@@ -166,6 +167,7 @@ class Record:
     result_state: ResultState = ResultState.STORED
     input_hash: str = ""
     expires_at: datetime | None = None
+    unknown_since: datetime | None = None
 
     @property
     def lease_live(self) -> bool:

@@ -43,6 +43,7 @@ class _Row:
     result_state: ResultState = ResultState.STORED
     error: str = ""
     expires: int = 0  # ms; 0 = kept until changed
+    unknown_since: int = 0  # ms; when it became UNKNOWN
     watchers: list[Callable[[], None]] = field(default_factory=list)
 
 
@@ -121,6 +122,7 @@ class MemoryStore:
                     return self._in_flight(row, now)
                 row.status = Status.UNKNOWN
                 row.error = LEASE_EXPIRED.format(owner=row.owner)
+                row.unknown_since = row.lease_until
                 row.lease_until = 0
                 row.updated = now
             # UNKNOWN
@@ -262,6 +264,7 @@ class MemoryStore:
                 return False
             row.status = Status.UNKNOWN
             row.error = error
+            row.unknown_since = now
             row.lease_until = 0
             row.updated = now
             row.expires = 0
@@ -392,6 +395,7 @@ class MemoryStore:
             result_state=row.result_state,
             input_hash=row.input_hash,
             expires_at=_dt(row.expires),
+            unknown_since=_dt(row.unknown_since) if row.status is Status.UNKNOWN else None,
         )
 
 

@@ -23,6 +23,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 from importlib import resources
 from typing import TYPE_CHECKING, Any
@@ -365,8 +366,16 @@ class RedisStore:
         return record
 
     def get(self, key: str) -> Record | None:
-        reply = self._run("read", key, [self.record_key(key)], [])
-        return self._decode_read(key, reply)
+        record_key, _, doubt_key = self._keys(key)
+        reply = self._run("read", key, [record_key], [])
+        record = self._decode_read(key, reply)
+        if record is not None and record.status is Status.UNKNOWN:
+            try:
+                since = self._client.zscore(doubt_key, record_key)
+            except Exception as exc:
+                raise self._failure("get", key, exc) from exc
+            record = replace(record, unknown_since=_when(since))
+        return record
 
     def read_records(self, record_keys: Sequence[str]) -> list[Record | None]:
         """Records by their Redis keys (as the indexes list them), in one pipelined round trip.
