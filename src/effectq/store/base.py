@@ -78,6 +78,8 @@ class ResultState(enum.StrEnum):
     STORED = ""
     TOO_LARGE = "too_large"
     UNSERIALISABLE = "unserialisable"
+    RESOLVED_WITHOUT_RESULT = "resolved_without_result"
+    """An operator settled it as applied without giving the result (``effectq resolve --applied``)."""
 
 
 @dataclass(frozen=True, slots=True)

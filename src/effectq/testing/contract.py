@@ -329,6 +329,19 @@ class StoreContract:
             key, claim.token, result=b"1", result_state=ResultState.STORED, retention_ms=RETENTION_MS
         )
 
+    def test_resolve_applied_without_result(self, store: Store, key: str) -> None:
+        """Settled as applied with no result known: later claims replay "applied, result not recorded"."""
+        claim = store.claim(key, _request())
+        store.mark_unknown(key, claim.token, error="x")
+        record = store.resolve(key, applied=True, result_state=ResultState.RESOLVED_WITHOUT_RESULT,
+                               retention_ms=RETENTION_MS)
+        assert record.status is Status.COMPLETED
+        assert record.result is None
+        again = store.claim(key, _request())
+        assert again.kind is ClaimKind.COMPLETED
+        assert again.result_state is ResultState.RESOLVED_WITHOUT_RESULT
+        assert not again.result
+
     def test_resolve_not_applied(self, store: Store, key: str) -> None:
         """Settled as not applied, the next call applies the effect."""
         claim = store.claim(key, _request())
