@@ -17,10 +17,12 @@ from datetime import UTC, datetime
 from ..errors import ResolveRefusedError
 from ..keys import check_namespace
 from .base import Claim, ClaimKind, ClaimRequest, Record, ResultState, Status, Unsubscribe
+from .operators import Standing, Summary, since, standing
 
 __all__ = ["MemoryStore"]
 
 LEASE_EXPIRED = "lease expired while dispatched (holder {owner})"
+_EPOCH = datetime.fromtimestamp(0, UTC)
 
 
 def _dt(ms: int | None) -> datetime | None:
@@ -377,6 +379,50 @@ class MemoryStore:
             rows = [(k, self._row(k, now)) for k in list(self._rows)]
             snapshot = [self._record(k, r) for k, r in rows if r is not None]
         yield from snapshot
+
+    scan = records
+
+    def clock(self) -> datetime:
+        return datetime.fromtimestamp(self._clock() / 1000, UTC)
+
+    def _standing(self, where: Standing) -> list[Record]:
+        now = self.clock()
+        return [record for record in self.records() if standing(record, now) is where]
+
+    def in_doubt(self, *, limit: int | None = None) -> Iterator[Record]:
+        found = sorted(self._standing(Standing.UNKNOWN), key=lambda r: since(r, Standing.UNKNOWN) or _EPOCH)
+        yield from found[:limit]
+
+    def in_flight(self, *, limit: int | None = None) -> Iterator[Record]:
+        found = sorted(self._standing(Standing.IN_FLIGHT), key=lambda r: r.lease_expires_at or _EPOCH)
+        yield from found[:limit]
+
+    def summary(self) -> Summary:
+        doubt = list(self.in_doubt())
+        return Summary(
+            in_doubt=len(doubt),
+            oldest_in_doubt=since(doubt[0], Standing.UNKNOWN) if doubt else None,
+            in_flight=len(self._standing(Standing.IN_FLIGHT)),
+        )
+
+    def purge(self, key: str, *, run_id: str = "", older_than_ms: int = 0) -> bool:
+        with self._lock:
+            now = self._clock()
+            row = self._row(key, now)
+            if row is None:
+                return False
+            settled = row.status in (Status.COMPLETED, Status.RELEASED) or (
+                row.status is Status.PENDING and row.lease_until <= now
+            )
+            if not settled or (run_id and row.run_id != run_id):
+                return False
+            if older_than_ms and row.updated > now - older_than_ms:
+                return False
+            del self._rows[key]
+            return True
+
+    def prune_indexes(self) -> int:
+        return 0  # no indexes: the rows are the only truth
 
     def _record(self, key: str, row: _Row) -> Record:
         return Record(

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import ConfigurationError, CorruptRecordError, ResolveRefusedError, StoreError
 from ..keys import check_namespace, key_digest, split_default_key
 from .base import Claim, ClaimKind, ClaimRequest, Record, ResultState, Status, Unsubscribe
+from .redis_ops import RedisOperations
 
 if TYPE_CHECKING:
     import redis as _redis
@@ -53,7 +54,7 @@ _STATUS = {
     b"r": Status.RELEASED,
     b"u": Status.UNKNOWN,
 }
-_SCRIPTS = ("claim", "complete", "release", "mark_unknown", "dispatch", "renew", "resolve", "read")
+_SCRIPTS = ("claim", "complete", "release", "mark_unknown", "dispatch", "renew", "resolve", "read", "purge")
 _DEFAULT_TIMEOUTS = {"socket_timeout": 5.0, "socket_connect_timeout": 5.0}
 
 
@@ -85,8 +86,11 @@ def _when(ms: Any) -> datetime | None:
     return datetime.fromtimestamp(value / 1000, UTC) if value else None
 
 
-class RedisStore:
+class RedisStore(RedisOperations):
     """A store on Redis (or fakeredis with lupa, which runs the same Lua).
+
+    Besides the store primitives it has the operator ones (listing, summary,
+    purge: :class:`~effectq.store.operators.OperatorStore`), in :mod:`.redis_ops`.
 
     Args:
         client: a ready ``redis.Redis`` (or compatible) client.
