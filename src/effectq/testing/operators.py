@@ -14,6 +14,7 @@ holders that "die"), so what it seeds is exactly what a real run leaves.
 
 from __future__ import annotations
 
+import itertools
 import time
 import uuid
 from collections.abc import Callable
@@ -78,6 +79,7 @@ def seed_records(
 ) -> Seeded:
     """One record of every kind in ``store``, written through its primitives (sleeps ~0.2 s)."""
     tag = uuid.uuid4().hex[:8]
+    calls = itertools.count(1)
 
     def key(what: str) -> str:
         return f"{run_id}:{name}:{what}-{tag}"
@@ -85,7 +87,7 @@ def seed_records(
     def claim(k: str, lease_ms: int = LIVE_MS, *, reconcile_first: bool = False) -> int:
         request = ClaimRequest(
             lease_ms=lease_ms,
-            owner=f"seed-host:4242:{k}",
+            owner=f"seed-host:4242:{next(calls)}",
             name=name,
             run_id=run_id,
             retention_ms=RETENTION_MS,
