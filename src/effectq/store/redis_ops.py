@@ -56,7 +56,6 @@ class _Host(Protocol):
 
     def _run(self, name: str, key: str, keys: Sequence[str], args: Sequence[Any]) -> Any: ...
 
-    def _failure(self, op: str, key: str, exc: BaseException) -> Exception: ...
 
     def _decode_record(
         self, key: str, fields: dict[bytes, bytes], pttl: int, since: Any = None
@@ -78,6 +77,10 @@ def _indexes(record_key: str) -> tuple[str, str]:
     return f"{tag}:open", f"{tag}:doubt"
 
 
+def _failure(op: str, exc: BaseException) -> StoreError:
+    return StoreError(f"effectq {op} failed on Redis: {type(exc).__name__}: {exc}")
+
+
 def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
@@ -89,7 +92,7 @@ class RedisOperations:
         try:
             seconds, micros = self.client.time()
         except Exception as exc:
-            raise self._failure("clock", "", exc) from exc
+            raise _failure("clock", exc) from exc
         return datetime.fromtimestamp(seconds + micros / 1e6, UTC)
 
     def _per_bucket(self: _Host, queue: Callable[[Any, str, str], None]) -> list[list[Any]]:
@@ -103,7 +106,7 @@ class RedisOperations:
         try:
             replies = pipe.execute()
         except Exception as exc:
-            raise self._failure("index read", "", exc) from exc
+            raise _failure("index read", exc) from exc
         out, at = [], 0
         for size in sizes:
             out.append(replies[at : at + size])
@@ -128,7 +131,7 @@ class RedisOperations:
             try:
                 replies = pipe.execute()
             except Exception as exc:
-                raise self._failure("fetch", batch[0], exc) from exc
+                raise _failure("fetch", exc) from exc
             for i, name in enumerate(batch):
                 fields, pttl, score = replies[3 * i : 3 * i + 3]
                 if not fields:
@@ -188,7 +191,7 @@ class RedisOperations:
         except StoreError:
             raise
         except Exception as exc:
-            raise self._failure("scan", "", exc) from exc
+            raise _failure("scan", exc) from exc
 
     def summary(self: _Host) -> Summary:
         now_ms = _ms(self.clock())
@@ -215,7 +218,7 @@ class RedisOperations:
             try:
                 statuses = pipe.execute()
             except Exception as exc:
-                raise self._failure("summary", "", exc) from exc
+                raise _failure("summary", exc) from exc
             for (_, score), status in zip(dead, statuses, strict=True):
                 if status == b"d":
                     unknown += 1
@@ -243,7 +246,7 @@ class RedisOperations:
         try:
             exists = pipe.execute() if names else []
         except Exception as exc:
-            raise self._failure("prune", "", exc) from exc
+            raise _failure("prune", exc) from exc
         pruned = 0
         for name, present in zip(names, exists, strict=True):
             if present:
