@@ -5,9 +5,11 @@ from __future__ import annotations
 import logging
 import socket
 import sys
+import time
 from collections.abc import Iterator
 
 import pytest
+import redis
 from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -17,6 +19,8 @@ from prometheus_client import CollectorRegistry
 import effectq
 import effectq.metrics
 import effectq.tracing
+from effectq.heartbeat import heartbeat
+from effectq.store import Claim, ClaimRequest
 from effectq.testing import seed_records
 
 SECRET_RESULT = "result-body-7f3a9c"
@@ -234,24 +238,47 @@ def test_failed_outcomes_are_error_spans_on_the_right_step(
     assert not any(SECRET_RESULT in str(s.attributes) + str(s.status.description) for s in finished)
 
 
+class _ClaimFailsThrice(effectq.RedisStore):
+    """Redis whose first three claims fail (every try the engine makes), then recovers, so the
+    engine's background release of the unanswered claim succeeds and nothing keeps retrying."""
+
+    failures = 3
+
+    def claim(self, key: str, request: ClaimRequest) -> Claim:
+        if self.failures:
+            self.failures -= 1
+            raise effectq.StoreError("effectq claim failed on Redis: ConnectionError: simulated")
+        return super().claim(key, request)
+
+
+def charge_key(store: effectq.Store) -> str:
+    with effectq.run("obs-run", store=store):
+        return charge.key("ok-4", SECRET_ARG)
+
+
 def test_a_store_error_is_a_span_naming_the_primitive(
-    spans: tuple[TracerProvider, InMemorySpanExporter],
+    spans: tuple[TracerProvider, InMemorySpanExporter], redis_client: redis.Redis, namespace: str
 ) -> None:
     """When the store fails, the span says which primitive failed."""
     _, exporter = spans
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    dead = effectq.RedisStore.from_url(
-        f"redis://127.0.0.1:{port}/0", namespace="gone", socket_connect_timeout=1
-    )
-    with effectq.run("obs-run", store=dead), pytest.raises(effectq.StoreError):
+    store = _ClaimFailsThrice(redis_client, namespace=namespace)
+    with effectq.run("obs-run", store=store), pytest.raises(effectq.StoreError):
         charge("ok-4", SECRET_ARG)
-    failed = [s for s in exporter.get_finished_spans() if s.attributes["effectq.outcome"] == "store_error"]  # type: ignore[index]
-    assert failed
+    failed = [
+        s
+        for s in exporter.get_finished_spans()
+        if s.attributes is not None and s.attributes["effectq.outcome"] == "store_error"
+    ]
+    assert len(failed) == 3
     assert {s.name for s in failed} == {"effectq.claim obs.charge"}
     assert all(s.status.status_code is trace.StatusCode.ERROR for s in failed)
-    dead.client.close()
+    assert all("simulated" in (s.status.description or "") for s in failed)
+    deadline = time.monotonic() + 60  # the background release of the unanswered claim lands
+    while heartbeat.pending()[1] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    record = store.get(charge_key(store))
+    assert record is not None
+    assert record.status is effectq.Status.RELEASED
 
 
 # -- logging ----------------------------------------------------------------------------------
