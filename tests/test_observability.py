@@ -19,7 +19,6 @@ from prometheus_client import CollectorRegistry
 import effectq
 import effectq.metrics
 import effectq.tracing
-from effectq.heartbeat import heartbeat
 from effectq.store import Claim, ClaimRequest
 from effectq.testing import seed_records
 
@@ -273,12 +272,16 @@ def test_a_store_error_is_a_span_naming_the_primitive(
     assert {s.name for s in failed} == {"effectq.claim obs.charge"}
     assert all(s.status.status_code is trace.StatusCode.ERROR for s in failed)
     assert all("simulated" in (s.status.description or "") for s in failed)
+    key = charge_key(store)
     deadline = time.monotonic() + 60  # the background release of the unanswered claim lands
-    while heartbeat.pending()[1] and time.monotonic() < deadline:
+
+    def released() -> bool:
+        record = store.get(key)
+        return record is not None and record.status is effectq.Status.RELEASED
+
+    while not released() and time.monotonic() < deadline:
         time.sleep(0.05)
-    record = store.get(charge_key(store))
-    assert record is not None
-    assert record.status is effectq.Status.RELEASED
+    assert released()
 
 
 # -- logging ----------------------------------------------------------------------------------

@@ -248,7 +248,7 @@ def purge(
     for entry in list_records(ops, standings=set(Standing), run_id=run_id, older_than=age_ms / 1000):
         if entry.standing not in settled:
             report.kept[entry.standing] += 1
-        elif dry_run or ops.purge(entry.record.key, run_id=run_id or "", older_than_ms=age_ms):
+        elif dry_run or ops.purge(entry.record, run_id=run_id or "", older_than_ms=age_ms):
             report.deleted += 1
             report.by_standing[entry.standing] += 1
         else:

@@ -140,7 +140,7 @@ def _version(text: str) -> tuple[int, ...]:
 
 
 def check_version(node: Node) -> Finding:
-    """Redis 6.0 or later: effect replication of scripts (5.0) and ``SCAN ... TYPE`` (6.0)."""
+    """Redis 5.0 or later: the scripts read ``TIME`` before they write (effect replication)."""
     info = node.info()
     text = str(info.get("redis_version", "?"))
     found = _version(text)
@@ -149,14 +149,7 @@ def check_version(node: Node) -> Finding:
         return Finding(
             "version",
             Level.FAIL,
-            f"{server}: scripts that read TIME then write need Redis 5+",
-            "upgrade to Redis 6.2 or later",
-        )
-    if found and found < (6,):
-        return Finding(
-            "version",
-            Level.WARN,
-            f"{server}: effects work; listing by status needs SCAN TYPE (6.0)",
+            f"{server}: scripts that read TIME and then write need Redis 5 or later",
             "upgrade to Redis 6.2 or later",
         )
     return Finding("version", Level.OK, server)

@@ -152,6 +152,8 @@ class Record:
 
     Times are the store's clock, in UTC. ``unknown_since`` is when an UNKNOWN
     record became unknown (for one whose holder died, when its lease ran out).
+    ``ref`` is where the store keeps it (the Redis key): a completed record may
+    keep only a shortened ``key``, so operator primitives address records by it.
     """
 
     key: str
@@ -170,6 +172,7 @@ class Record:
     input_hash: str = ""
     expires_at: datetime | None = None
     unknown_since: datetime | None = None
+    ref: str = ""
 
     @property
     def lease_live(self) -> bool:

@@ -405,7 +405,8 @@ class MemoryStore:
             in_flight=len(self._standing(Standing.IN_FLIGHT)),
         )
 
-    def purge(self, key: str, *, run_id: str = "", older_than_ms: int = 0) -> bool:
+    def purge(self, record: Record, *, run_id: str = "", older_than_ms: int = 0) -> bool:
+        key = record.ref or record.key
         with self._lock:
             now = self._clock()
             row = self._row(key, now)
@@ -442,6 +443,7 @@ class MemoryStore:
             input_hash=row.input_hash,
             expires_at=_dt(row.expires),
             unknown_since=_dt(row.unknown_since) if row.status is Status.UNKNOWN else None,
+            ref=key,
         )
 
 

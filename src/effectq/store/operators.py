@@ -105,12 +105,13 @@ class OperatorStore(Store, Protocol):
         """Counts and the oldest doubt, from the indexes; cheap enough for every scrape."""
         ...
 
-    def purge(self, key: str, *, run_id: str = "", older_than_ms: int = 0) -> bool:
-        """Delete one settled record: completed, released, or pending whose holder died.
+    def purge(self, record: Record, *, run_id: str = "", older_than_ms: int = 0) -> bool:
+        """Delete one settled record (as listed or read): completed, released, or pending whose holder died.
 
         Never a record in doubt or in flight. Atomic with its conditions: the
         record must still be settled, belong to ``run_id`` (when given) and be
         unchanged for ``older_than_ms`` (when given) at the moment it is deleted.
+        The record is found by its ``ref`` (its ``key`` when that is empty).
         Returns whether it was deleted.
         """
         ...

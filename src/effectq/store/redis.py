@@ -373,13 +373,15 @@ class RedisStore(RedisOperations):
         record_key, _, doubt_key = self._keys(key)
         reply = self._run("read", key, [record_key], [])
         record = self._decode_read(key, reply)
-        if record is not None and record.status is Status.UNKNOWN:
+        if record is None:
+            return None
+        since = None
+        if record.status is Status.UNKNOWN:
             try:
-                since = self._client.zscore(doubt_key, record_key)
+                since = _when(self._client.zscore(doubt_key, record_key))
             except Exception as exc:
                 raise self._failure("get", key, exc) from exc
-            record = replace(record, unknown_since=_when(since))
-        return record
+        return replace(record, unknown_since=since, ref=record_key)
 
     def read_records(self, record_keys: Sequence[str]) -> list[Record | None]:
         """Records by their Redis keys (as the indexes list them), in one pipelined round trip.

@@ -12,7 +12,7 @@ Redis Cluster: the 256 buckets of a namespace hash to 256 slots, so no command
 spans two buckets. These primitives send one command per bucket and index in
 one pipeline, which redis-py's cluster pipeline splits by node; records are
 fetched by their own keys the same way; ``scan`` walks every primary
-(``SCAN MATCH effectq:{ns:*`` with ``TYPE hash``, which ``RedisCluster.scan_iter``
+(``SCAN MATCH effectq:{ns:*``, index keys skipped, which ``RedisCluster.scan_iter``
 runs on each primary in turn); and ``purge`` is one script call per record,
 whose keys share the record's slot. Nothing here needs a cross-slot command.
 """
@@ -21,11 +21,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from ..errors import CorruptRecordError, StoreError
-from .base import Record
+from .base import Record, Status
 from .operators import Standing, Summary, since, standing
 
 __all__ = ["RedisOperations"]
@@ -33,6 +34,7 @@ __all__ = ["RedisOperations"]
 log = logging.getLogger("effectq.list")
 log_purge = logging.getLogger("effectq.purge")
 
+_INDEX_SUFFIXES = (":open", ":doubt")
 FETCH_BATCH = 200
 """Records read per pipeline round trip."""
 SCAN_COUNT = 1000
@@ -56,10 +58,9 @@ class _Host(Protocol):
 
     def _run(self, name: str, key: str, keys: Sequence[str], args: Sequence[Any]) -> Any: ...
 
+    _scripts: dict[str, Any]
 
-    def _decode_record(
-        self, key: str, fields: dict[bytes, bytes], pttl: int, since: Any = None
-    ) -> Record: ...
+    def _decode_read(self, key: str, reply: Any) -> Record | None: ...
 
     def clock(self) -> datetime: ...
 
@@ -79,6 +80,10 @@ def _indexes(record_key: str) -> tuple[str, str]:
 
 def _failure(op: str, exc: BaseException) -> StoreError:
     return StoreError(f"effectq {op} failed on Redis: {type(exc).__name__}: {exc}")
+
+
+def _when(score: Any) -> datetime | None:
+    return None if score is None else datetime.fromtimestamp(float(score) / 1000, UTC)
 
 
 def _text(value: Any) -> str:
@@ -115,6 +120,7 @@ class RedisOperations:
 
     def _fetch(self: _Host, record_keys: Iterable[str]) -> Iterator[Record]:
         """The records at these Redis keys, in order; gone ones are skipped, corrupt ones logged."""
+        script = self._scripts["read"]
         batch: list[str] = []
         for record_key in (*record_keys, None):
             if record_key is not None:
@@ -125,21 +131,22 @@ class RedisOperations:
                 break
             pipe = self.client.pipeline(transaction=False)
             for name in batch:
-                pipe.hgetall(name)
-                pipe.pttl(name)
+                script(keys=[name], args=[], client=pipe)
                 pipe.zscore(_indexes(name)[1], name)
             try:
                 replies = pipe.execute()
             except Exception as exc:
                 raise _failure("fetch", exc) from exc
             for i, name in enumerate(batch):
-                fields, pttl, score = replies[3 * i : 3 * i + 3]
-                if not fields:
-                    continue
+                reply, score = replies[2 * i], replies[2 * i + 1]
                 try:
-                    yield self._decode_record(name, fields, pttl, score)
+                    record = self._decode_read("", reply)
                 except CorruptRecordError as exc:
                     log.warning("effectq list skipped corrupt record %s: %s", name, exc.detail)
+                    continue
+                if record is not None:
+                    since = _when(score) if record.status is Status.UNKNOWN else None
+                    yield replace(record, ref=name, unknown_since=since)
             batch = []
 
     def in_doubt(self: _Host, *, limit: int | None = None) -> Iterator[Record]:
@@ -186,8 +193,8 @@ class RedisOperations:
     def scan(self: _Host) -> Iterator[Record]:
         pattern = f"{self._prefix}:{{{self.namespace}:*"
         try:
-            names = self.client.scan_iter(match=pattern, count=SCAN_COUNT, _type="hash")
-            yield from self._fetch(_text(name) for name in names)
+            names = (_text(name) for name in self.client.scan_iter(match=pattern, count=SCAN_COUNT))
+            yield from self._fetch(name for name in names if not name.endswith(_INDEX_SUFFIXES))
         except StoreError:
             raise
         except Exception as exc:
@@ -216,7 +223,7 @@ class RedisOperations:
             for name, _ in dead:
                 pipe.hget(name, "s")
             try:
-                statuses = pipe.execute()
+                statuses = pipe.execute(raise_on_error=False)  # a completed record is a string
             except Exception as exc:
                 raise _failure("summary", exc) from exc
             for (_, score), status in zip(dead, statuses, strict=True):
@@ -226,11 +233,15 @@ class RedisOperations:
         when = datetime.fromtimestamp(oldest / 1000, UTC) if oldest is not None else None
         return Summary(in_doubt=unknown, oldest_in_doubt=when, in_flight=in_flight)
 
-    def purge(self: _Host, key: str, *, run_id: str = "", older_than_ms: int = 0) -> bool:
-        record_key = self.record_key(key)
-        code, status = self._run("purge", key, [record_key, *_indexes(record_key)], [run_id, older_than_ms])
+    def purge(self: _Host, record: Record, *, run_id: str = "", older_than_ms: int = 0) -> bool:
+        record_key = record.ref or self.record_key(record.key)
+        code, status = self._run(
+            "purge", record.key, [record_key, *_indexes(record_key)], [run_id, older_than_ms]
+        )
+        if int(code) < 0:
+            raise CorruptRecordError(record.key, f"the Redis key holds {_text(status)}")
         if int(code) == 1:
-            log_purge.info("effectq purge %s (was %s)", key, _text(status))
+            log_purge.info("effectq purge %s (was %s)", record.key, _text(status))
             return True
         return False
 

@@ -333,8 +333,9 @@ class StoreContract:
         """Settled as applied with no result known: later claims replay "applied, result not recorded"."""
         claim = store.claim(key, _request())
         store.mark_unknown(key, claim.token, error="x")
-        record = store.resolve(key, applied=True, result_state=ResultState.RESOLVED_WITHOUT_RESULT,
-                               retention_ms=RETENTION_MS)
+        record = store.resolve(
+            key, applied=True, result_state=ResultState.RESOLVED_WITHOUT_RESULT, retention_ms=RETENTION_MS
+        )
         assert record.status is Status.COMPLETED
         assert record.result is None
         again = store.claim(key, _request())

@@ -23,7 +23,7 @@ from datetime import timedelta
 
 import pytest
 
-from ..store.base import ClaimRequest, ResultState, Status
+from ..store.base import ClaimRequest, Record, ResultState, Status
 from ..store.operators import OperatorStore, Standing, since, standing
 
 __all__ = ["OperatorStoreContract", "Seeded", "seed_records"]
@@ -129,6 +129,12 @@ def seed_records(
     return seeded
 
 
+def _read(store: OperatorStore, key: str) -> Record:
+    record = store.get(key)
+    assert record is not None, key
+    return record
+
+
 class OperatorStoreContract:
     """Tests every operator store must pass. Subclasses provide ``store_factory(namespace)``."""
 
@@ -195,32 +201,55 @@ class OperatorStoreContract:
     def test_purge_deletes_only_settled_records(self, store: OperatorStore, seeded: Seeded) -> None:
         """Completed, released and abandoned pending go; unknown, dead holders and live ones stay."""
         for key, where in seeded.standing_of().items():
-            deleted = store.purge(key)
+            deleted = store.purge(_read(store, key))
             assert deleted is (where in (Standing.COMPLETED, Standing.RELEASED)), key
             assert (store.get(key) is None) is deleted, key
         assert {r.key for r in store.in_doubt()} == seeded.keys(Standing.UNKNOWN)
         assert store.summary().in_doubt == 2
 
+    def test_purge_what_a_scan_lists(self, store: OperatorStore, seeded: Seeded) -> None:
+        """Records as scanned can be purged, a completed one whose listed key is shortened too."""
+        key = f"seed-run:seed.effect:{'ab' * 32}"  # a default key: the store may keep only part of it
+        claim = store.claim(
+            key, ClaimRequest(lease_ms=LIVE_MS, owner="scan-test", name="seed.effect", run_id="seed-run")
+        )
+        store.complete(
+            key, claim.token, result=b"1", result_state=ResultState.STORED, retention_ms=RETENTION_MS
+        )
+        now = store.clock()
+        settled = [r for r in store.scan() if standing(r, now) in (Standing.COMPLETED, Standing.RELEASED)]
+        assert len(settled) == 4
+        assert all(store.purge(record) for record in settled)
+        assert store.get(key) is None
+        assert {r.key for r in store.scan()} == seeded.keys(Standing.UNKNOWN) | seeded.keys(
+            Standing.IN_FLIGHT
+        )
+
     def test_purge_checks_the_run(self, store: OperatorStore, seeded: Seeded) -> None:
         """A purge for another run keeps the record."""
-        assert not store.purge(seeded.completed, run_id="another-run")
-        assert store.purge(seeded.completed, run_id="seed-run")
+        record = _read(store, seeded.completed)
+        assert not store.purge(record, run_id="another-run")
+        assert store.purge(record, run_id="seed-run")
 
     def test_purge_checks_the_age(self, store: OperatorStore, seeded: Seeded) -> None:
         """A record changed more recently than older_than is kept."""
         hour = int(timedelta(hours=1).total_seconds() * 1000)
-        assert not store.purge(seeded.completed, older_than_ms=hour)
-        assert store.purge(seeded.completed, older_than_ms=1)
+        for key in (seeded.completed, seeded.released):
+            record = _read(store, key)
+            assert not store.purge(record, older_than_ms=hour)
+            assert store.purge(record, older_than_ms=1)
 
     def test_purged_key_applies_again(self, store: OperatorStore, seeded: Seeded) -> None:
         """After a purge the key is fresh: the next claim executes (that is what purge is for)."""
-        assert store.purge(seeded.completed)
+        assert store.purge(_read(store, seeded.completed))
         claim = store.claim(seeded.completed, ClaimRequest(lease_ms=LIVE_MS, owner="after-purge"))
         assert claim.status is Status.DISPATCHED
 
-    def test_purge_of_a_missing_key(self, store: OperatorStore) -> None:
+    def test_purge_of_a_record_already_gone(self, store: OperatorStore, seeded: Seeded) -> None:
         """Nothing to delete is not an error."""
-        assert not store.purge("no-such-key")
+        record = _read(store, seeded.released)
+        assert store.purge(record)
+        assert not store.purge(record)
 
     def test_clock_is_the_stores(self, store: OperatorStore) -> None:
         """The store's clock is a real UTC time (a sanity bound, not a timing assertion)."""
