@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
+import pytest
 import redis
 
 import effectq
@@ -58,3 +60,29 @@ def test_prune_keeps_every_entry_whose_record_exists(redis_client: redis.Redis, 
     assert store.prune_indexes() == 0
     assert {r.key for r in store.in_doubt()} == seeded.keys(Standing.UNKNOWN)
     assert {r.key for r in store.in_flight()} == seeded.keys(Standing.IN_FLIGHT)
+
+
+@effectq.effect(name="idx.touch")
+def touch(n: int) -> int:
+    return n
+
+
+def test_scan_lists_completed_default_keys_and_skips_run_indexes(
+    redis_store: effectq.RedisStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A run's completed default keys (kept shortened, beside the run's index) are all listed."""
+    with effectq.run("idx-run", store=redis_store):
+        keys = [touch.key(n) for n in range(3)]
+    with effectq.run("idx-run", store=redis_store):
+        for n in range(3):
+            touch(n)
+    caplog.set_level(logging.WARNING, logger="effectq")
+    found = list(redis_store.scan())
+    assert not [r for r in caplog.records if r.name.startswith("effectq")]
+    assert len(found) == 3
+    assert {r.status for r in found} == {effectq.Status.COMPLETED}
+    for record in found:  # kept shortened: the run, the name and 16 hex of the input hash
+        assert record.key.endswith("…")
+        assert sum(key.startswith(record.key[:-1]) for key in keys) == 1
+    assert all(redis_store.purge(record, run_id="idx-run") for record in found)
+    assert all(redis_store.get(key) is None for key in keys)

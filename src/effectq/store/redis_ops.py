@@ -12,7 +12,7 @@ Redis Cluster: the 256 buckets of a namespace hash to 256 slots, so no command
 spans two buckets. These primitives send one command per bucket and index in
 one pipeline, which redis-py's cluster pipeline splits by node; records are
 fetched by their own keys the same way; ``scan`` walks every primary
-(``SCAN MATCH effectq:{ns:*``, index keys skipped, which ``RedisCluster.scan_iter``
+(``SCAN MATCH effectq:{ns:*``, indexes skipped, which ``RedisCluster.scan_iter``
 runs on each primary in turn); and ``purge`` is one script call per record,
 whose keys share the record's slot. Nothing here needs a cross-slot command.
 """
@@ -20,6 +20,7 @@ whose keys share the record's slot. Nothing here needs a cross-slot command.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -34,7 +35,8 @@ __all__ = ["RedisOperations"]
 log = logging.getLogger("effectq.list")
 log_purge = logging.getLogger("effectq.purge")
 
-_INDEX_SUFFIXES = (":open", ":doubt")
+_RECORD = re.compile(r":[0-9a-f]{32}")
+"""What follows the hash tag in a record's key (not an index, not a run's index of completed records)."""
 FETCH_BATCH = 200
 """Records read per pipeline round trip."""
 SCAN_COUNT = 1000
@@ -194,7 +196,7 @@ class RedisOperations:
         pattern = f"{self._prefix}:{{{self.namespace}:*"
         try:
             names = (_text(name) for name in self.client.scan_iter(match=pattern, count=SCAN_COUNT))
-            yield from self._fetch(name for name in names if not name.endswith(_INDEX_SUFFIXES))
+            yield from self._fetch(name for name in names if _RECORD.fullmatch(name.rsplit("}", 1)[-1]))
         except StoreError:
             raise
         except Exception as exc:
