@@ -1,4 +1,5 @@
-"""Every store passes the same contract: memory, fakeredis (same Lua) and a real Redis."""
+"""Every store passes the same contracts (the store's, and the operator primitives'):
+memory, fakeredis (same Lua) and a real Redis."""
 
 from __future__ import annotations
 
@@ -8,18 +9,18 @@ import pytest
 import redis
 
 import effectq
-from effectq.testing import StoreContract
+from effectq.testing import OperatorStoreContract, StoreContract
 
 from .conftest import delete_namespace
 
 
-class TestMemoryStore(StoreContract):
+class TestMemoryStore(StoreContract, OperatorStoreContract):
     @pytest.fixture
     def store_factory(self) -> Callable[[str], effectq.Store]:
         return lambda namespace: effectq.MemoryStore(namespace=namespace)
 
 
-class TestFakeRedisStore(StoreContract):
+class TestFakeRedisStore(StoreContract, OperatorStoreContract):
     @pytest.fixture
     def store_factory(self) -> Callable[[str], effectq.Store]:
         import fakeredis
@@ -28,7 +29,7 @@ class TestFakeRedisStore(StoreContract):
         return lambda namespace: effectq.RedisStore(fakeredis.FakeRedis(server=server), namespace=namespace)
 
 
-class TestRedisStore(StoreContract):
+class TestRedisStore(StoreContract, OperatorStoreContract):
     @pytest.fixture
     def store_factory(self, redis_url: str) -> Iterator[Callable[[str], effectq.Store]]:
         client = redis.Redis.from_url(redis_url)

@@ -211,7 +211,9 @@ def is_crash(exc: BaseException) -> bool:
 # -- the procedure ----------------------------------------------------------------------
 
 
-def _emit(call: Call, kind: EventKind, started_ns: int, *, attempt: int = 0, error: str = "") -> None:
+def _emit(
+    call: Call, kind: EventKind, started_ns: int, *, attempt: int = 0, error: str = "", step: str = ""
+) -> None:
     if not events.listeners():
         return
     events.emit(
@@ -225,6 +227,7 @@ def _emit(call: Call, kind: EventKind, started_ns: int, *, attempt: int = 0, err
             started_ns=started_ns,
             duration=(time.time_ns() - started_ns) / 1e9,
             error=error,
+            step=step or events.STEPS[kind],
         )
     )
 
@@ -235,7 +238,7 @@ def _store(call: Call, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Gen
     try:
         return (yield StoreOp(fn, *args, **kwargs))
     except StoreError as exc:
-        _emit(call, EventKind.STORE_ERROR, started, error=str(exc))
+        _emit(call, EventKind.STORE_ERROR, started, error=str(exc), step=getattr(fn, "__name__", "store"))
         raise
 
 
@@ -479,6 +482,7 @@ def _execute(call: Call, token: int, attempt: int) -> Generator[Op, Any, Any]:
             started,
             attempt=attempt,
             error=describe_exception(exc),
+            step="execute",
         )
         if maybe:
             log_unknown.error(

@@ -20,7 +20,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
-__all__ = ["Event", "EventKind", "Listener", "emit", "listeners", "subscribe"]
+__all__ = ["STEPS", "Event", "EventKind", "Listener", "emit", "listeners", "subscribe"]
 
 log = logging.getLogger("effectq.events")
 
@@ -64,6 +64,10 @@ class Event:
         started_ns: wall-clock start of the phase (``time.time_ns()``).
         duration: seconds the phase took.
         error: the exception or reason, when there is one (never a result body).
+        step: the step that reported: ``claim``, ``execute``, ``complete``,
+            ``reconcile``, ``wait``, or for ``store_error`` the store primitive
+            that failed. It tells an ``unknown`` met at the claim (an earlier
+            attempt's) from one this call's function caused.
     """
 
     kind: EventKind
@@ -75,6 +79,22 @@ class Event:
     started_ns: int = 0
     duration: float = 0.0
     error: str = ""
+    step: str = ""
+
+
+STEPS: dict[EventKind, str] = {
+    EventKind.CLAIMED: "claim",
+    EventKind.REPLAYED: "claim",
+    EventKind.UNKNOWN: "claim",
+    EventKind.EXECUTED: "execute",
+    EventKind.RELEASED: "execute",
+    EventKind.COMPLETED: "complete",
+    EventKind.RECONCILED: "reconcile",
+    EventKind.WAITED: "wait",
+    EventKind.IN_PROGRESS: "wait",
+    EventKind.STORE_ERROR: "store",
+}
+"""The step each kind reports from, unless the event says otherwise."""
 
 
 Listener = Callable[[Event], None]

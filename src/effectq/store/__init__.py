@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from .base import Claim, ClaimKind, ClaimRequest, Record, ResultState, Status, Store
 from .memory import MemoryStore
+from .operators import OperatorStore, Standing, Summary
 
 if TYPE_CHECKING:
     from .redis import RedisStore
@@ -20,11 +21,14 @@ __all__ = [
     "ClaimKind",
     "ClaimRequest",
     "MemoryStore",
+    "OperatorStore",
     "Record",
     "RedisStore",
     "ResultState",
+    "Standing",
     "Status",
     "Store",
+    "Summary",
 ]
 
 

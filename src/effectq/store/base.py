@@ -78,6 +78,8 @@ class ResultState(enum.StrEnum):
     STORED = ""
     TOO_LARGE = "too_large"
     UNSERIALISABLE = "unserialisable"
+    RESOLVED_WITHOUT_RESULT = "resolved_without_result"
+    """An operator settled it as applied without giving the result (``effectq resolve --applied``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,7 +150,10 @@ class Claim:
 class Record:
     """A whole stored record, for operators and tests.
 
-    Times are the store's clock, in UTC.
+    Times are the store's clock, in UTC. ``unknown_since`` is when an UNKNOWN
+    record became unknown (for one whose holder died, when its lease ran out).
+    ``ref`` is where the store keeps it (the Redis key): a completed record may
+    keep only a shortened ``key``, so operator primitives address records by it.
     """
 
     key: str
@@ -166,6 +171,8 @@ class Record:
     result_state: ResultState = ResultState.STORED
     input_hash: str = ""
     expires_at: datetime | None = None
+    unknown_since: datetime | None = None
+    ref: str = ""
 
     @property
     def lease_live(self) -> bool:

@@ -17,10 +17,12 @@ from datetime import UTC, datetime
 from ..errors import ResolveRefusedError
 from ..keys import check_namespace
 from .base import Claim, ClaimKind, ClaimRequest, Record, ResultState, Status, Unsubscribe
+from .operators import Standing, Summary, since, standing
 
 __all__ = ["MemoryStore"]
 
 LEASE_EXPIRED = "lease expired while dispatched (holder {owner})"
+_EPOCH = datetime.fromtimestamp(0, UTC)
 
 
 def _dt(ms: int | None) -> datetime | None:
@@ -43,6 +45,7 @@ class _Row:
     result_state: ResultState = ResultState.STORED
     error: str = ""
     expires: int = 0  # ms; 0 = kept until changed
+    unknown_since: int = 0  # ms; when it became UNKNOWN
     watchers: list[Callable[[], None]] = field(default_factory=list)
 
 
@@ -121,6 +124,7 @@ class MemoryStore:
                     return self._in_flight(row, now)
                 row.status = Status.UNKNOWN
                 row.error = LEASE_EXPIRED.format(owner=row.owner)
+                row.unknown_since = row.lease_until
                 row.lease_until = 0
                 row.updated = now
             # UNKNOWN
@@ -262,6 +266,7 @@ class MemoryStore:
                 return False
             row.status = Status.UNKNOWN
             row.error = error
+            row.unknown_since = now
             row.lease_until = 0
             row.updated = now
             row.expires = 0
@@ -375,6 +380,51 @@ class MemoryStore:
             snapshot = [self._record(k, r) for k, r in rows if r is not None]
         yield from snapshot
 
+    scan = records
+
+    def clock(self) -> datetime:
+        return datetime.fromtimestamp(self._clock() / 1000, UTC)
+
+    def _standing(self, where: Standing) -> list[Record]:
+        now = self.clock()
+        return [record for record in self.records() if standing(record, now) is where]
+
+    def in_doubt(self, *, limit: int | None = None) -> Iterator[Record]:
+        found = sorted(self._standing(Standing.UNKNOWN), key=lambda r: since(r, Standing.UNKNOWN) or _EPOCH)
+        yield from found[:limit]
+
+    def in_flight(self, *, limit: int | None = None) -> Iterator[Record]:
+        found = sorted(self._standing(Standing.IN_FLIGHT), key=lambda r: r.lease_expires_at or _EPOCH)
+        yield from found[:limit]
+
+    def summary(self) -> Summary:
+        doubt = list(self.in_doubt())
+        return Summary(
+            in_doubt=len(doubt),
+            oldest_in_doubt=since(doubt[0], Standing.UNKNOWN) if doubt else None,
+            in_flight=len(self._standing(Standing.IN_FLIGHT)),
+        )
+
+    def purge(self, record: Record, *, run_id: str = "", older_than_ms: int = 0) -> bool:
+        key = record.ref or record.key
+        with self._lock:
+            now = self._clock()
+            row = self._row(key, now)
+            if row is None:
+                return False
+            settled = row.status in (Status.COMPLETED, Status.RELEASED) or (
+                row.status is Status.PENDING and row.lease_until <= now
+            )
+            if not settled or (run_id and row.run_id != run_id):
+                return False
+            if older_than_ms and row.updated > now - older_than_ms:
+                return False
+            del self._rows[key]
+            return True
+
+    def prune_indexes(self) -> int:
+        return 0  # no indexes: the rows are the only truth
+
     def _record(self, key: str, row: _Row) -> Record:
         return Record(
             key=key,
@@ -392,6 +442,8 @@ class MemoryStore:
             result_state=row.result_state,
             input_hash=row.input_hash,
             expires_at=_dt(row.expires),
+            unknown_since=_dt(row.unknown_since) if row.status is Status.UNKNOWN else None,
+            ref=key,
         )
 
 

@@ -24,6 +24,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 from importlib import resources
 from typing import TYPE_CHECKING, Any
@@ -31,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import ConfigurationError, CorruptRecordError, ResolveRefusedError, StoreError
 from ..keys import check_namespace, key_digest, split_default_key
 from .base import Claim, ClaimKind, ClaimRequest, Record, ResultState, Status, Unsubscribe
+from .redis_ops import RedisOperations
 
 try:
     from redis.exceptions import NoScriptError as _NoScriptError
@@ -62,7 +64,7 @@ _STATUS = {
     b"u": Status.UNKNOWN,
 }
 _RESULT_STATES = {state.value.encode(): state for state in ResultState}
-_SCRIPTS = ("claim", "complete", "release", "mark_unknown", "dispatch", "renew", "resolve", "read")
+_SCRIPTS = ("claim", "complete", "release", "mark_unknown", "dispatch", "renew", "resolve", "read", "purge")
 _DEFAULT_TIMEOUTS = {"socket_timeout": 5.0, "socket_connect_timeout": 5.0}
 
 
@@ -94,8 +96,11 @@ def _when(ms: Any) -> datetime | None:
     return datetime.fromtimestamp(value / 1000, UTC) if value else None
 
 
-class RedisStore:
+class RedisStore(RedisOperations):
     """A store on Redis (or fakeredis with lupa, which runs the same Lua).
+
+    Besides the store primitives it has the operator ones (listing, summary,
+    purge: :class:`~effectq.store.operators.OperatorStore`), in :mod:`.redis_ops`.
 
     Args:
         client: a ready ``redis.Redis`` (or compatible) client.
@@ -427,8 +432,18 @@ class RedisStore:
         return record
 
     def get(self, key: str) -> Record | None:
-        reply = self._run("read", key, [self.record_key(key)], [])
-        return self._decode_read(key, reply)
+        record_key, _, doubt_key = self._keys(key)
+        reply = self._run("read", key, [record_key], [])
+        record = self._decode_read(key, reply)
+        if record is None:
+            return None
+        since = None
+        if record.status is Status.UNKNOWN:
+            try:
+                since = _when(self._client.zscore(doubt_key, record_key))
+            except Exception as exc:
+                raise self._failure("get", key, exc) from exc
+        return replace(record, unknown_since=since, ref=record_key)
 
     def read_records(self, record_keys: Sequence[str]) -> list[Record | None]:
         """Records by their Redis keys (as the indexes list them), in one pipelined round trip.

@@ -187,15 +187,21 @@ class StoreContract:
         record = store.get(key)
         assert record is not None and record.status is Status.UNKNOWN
         assert record.expires_at is None
+        assert record.unknown_since is not None and record.updated_at is not None
+        assert record.unknown_since <= record.updated_at
 
     def test_lease_running_out_while_dispatched_means_unknown(self, store: Store, key: str) -> None:
         """A dispatched record whose holder went silent is unknown, never re-dispatched."""
-        store.claim(key, _request(owner="dead-holder", lease_ms=SHORT_MS))
+        first = store.claim(key, _request(owner="dead-holder", lease_ms=SHORT_MS))
+        lease_end = store.get(key).lease_expires_at  # type: ignore[union-attr]
         _expire()
         again = store.claim(key, _request())
         assert again.kind is ClaimKind.UNKNOWN
         assert "lease expired" in again.error
         assert "dead-holder" in again.error
+        record = store.get(key)
+        assert record is not None and record.token == first.token
+        assert record.unknown_since == lease_end, "unknown since the lease ran out, not since noticed"
 
     def test_reconcile_lease_is_exclusive(self, store: Store, key: str) -> None:
         """One caller at a time reconciles an unknown; the others wait."""
@@ -322,6 +328,20 @@ class StoreContract:
         assert not store.complete(
             key, claim.token, result=b"1", result_state=ResultState.STORED, retention_ms=RETENTION_MS
         )
+
+    def test_resolve_applied_without_result(self, store: Store, key: str) -> None:
+        """Settled as applied with no result known: later claims replay "applied, result not recorded"."""
+        claim = store.claim(key, _request())
+        store.mark_unknown(key, claim.token, error="x")
+        record = store.resolve(
+            key, applied=True, result_state=ResultState.RESOLVED_WITHOUT_RESULT, retention_ms=RETENTION_MS
+        )
+        assert record.status is Status.COMPLETED
+        assert record.result is None
+        again = store.claim(key, _request())
+        assert again.kind is ClaimKind.COMPLETED
+        assert again.result_state is ResultState.RESOLVED_WITHOUT_RESULT
+        assert not again.result
 
     def test_resolve_not_applied(self, store: Store, key: str) -> None:
         """Settled as not applied, the next call applies the effect."""

@@ -7,7 +7,8 @@ is listening" flag. A completed record is one packed string (see complete.lua).
 
 KEYS[1] the record
 KEYS[2] the open index (zset: pending/dispatched records, score = lease end)
-KEYS[3] the doubt index (zset: unknown records, score = when they became unknown)
+KEYS[3] the doubt index (zset: unknown records, score = when they became unknown: the
+        mark_unknown, or the end of the lease a dead holder left)
 KEYS[4] (default keys only) the run's index of completed records (see complete.lua)
 ARGV[1] lease, ms
 ARGV[2] owner: unique per call; a retried claim with the same owner gets its grant back
@@ -109,7 +110,7 @@ if s == 'd' then
   err = 'lease expired while dispatched (holder ' .. own .. ')'
   redis.call('HSET', rec, 's', 'u', 'e', err, 'x', 0, 'm', now)
   redis.call('ZREM', open, rec)
-  redis.call('ZADD', doubt, now, rec)
+  redis.call('ZADD', doubt, x, rec) -- unknown since the lease ran out, not since it was noticed
   s, x = 'u', 0
 end
 -- unknown

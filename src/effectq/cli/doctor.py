@@ -1,0 +1,57 @@
+"""``effectq doctor``: run the deployment checks and say how to fix what fails."""
+
+from __future__ import annotations
+
+import argparse
+from collections import Counter
+from dataclasses import asdict
+from typing import Any
+
+from ..doctor import Level, diagnose
+from .output import safe_url
+from .session import Exit, Session
+
+__all__ = ["register"]
+
+_MARK = {Level.OK: "ok", Level.WARN: "WARN", Level.FAIL: "FAIL", Level.SKIP: "skip"}
+
+
+def register(commands: Any, common: argparse.ArgumentParser) -> None:
+    doctor = commands.add_parser(
+        "doctor",
+        parents=[common],
+        help="check the Redis for what breaks at-most-once, and how to fix it",
+        description="Check the Redis effectq points at: eviction policy, memory, persistence, replicas, "
+        "scripts, clock, and what is in doubt in the namespace. Exit 1 when a check fails.",
+    )
+    doctor.set_defaults(handler=run_doctor)
+
+
+def run_doctor(session: Session) -> Exit:
+    store = session.store()
+    store.client.ping()  # unreachable: exit 4, like every command
+    findings = diagnose(store)
+    levels = Counter(f.level for f in findings)
+    code = Exit.FAILED if levels[Level.FAIL] else Exit.OK
+    if session.json:
+        session.emit(
+            {
+                "url": safe_url(session.url),
+                "namespace": store.namespace,
+                "ok": code is Exit.OK,
+                "findings": [{**asdict(f), "level": f.level.value} for f in findings],
+            }
+        )
+        return code
+    session.say(f"effectq doctor: {safe_url(session.url)} (namespace {store.namespace})")
+    width = max(len(f.check) for f in findings)
+    for f in findings:
+        where = f" [{f.node}]" if f.node and len({x.node for x in findings if x.node}) > 1 else ""
+        session.say(f"  {_MARK[f.level]:<4}  {f.check.ljust(width)}  {f.summary}{where}")
+        if f.fix and f.level is not Level.OK:
+            session.say(f"  {'':<4}  {'':<{width}}  fix: {f.fix}")
+    session.say(
+        f"{levels[Level.FAIL]} failing, {levels[Level.WARN]} warning(s)"
+        + (f", {levels[Level.SKIP]} not checked" if levels[Level.SKIP] else "")
+    )
+    return code
