@@ -39,8 +39,19 @@ def redis_server(url: str | None = None) -> Iterator[str]:
         port = sock.getsockname()[1]
     with tempfile.TemporaryDirectory() as scratch:
         proc = subprocess.Popen(
-            ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-             "--dir", scratch],
+            [
+                "redis-server",
+                "--port",
+                str(port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                scratch,
+            ],
             stdout=subprocess.DEVNULL,
         )
         try:

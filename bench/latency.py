@@ -80,7 +80,10 @@ def measure(url: str, n: int) -> dict[str, Any]:
                 ),
                 "effectq": noop,
             }
-            replay: dict[str, Any] = {"floor (GET)": lambda i: client.get(f"floor:{tag}:{i}"), "effectq": noop}
+            replay: dict[str, Any] = {
+                "floor (GET)": lambda i: client.get(f"floor:{tag}:{i}"),
+                "effectq": noop,
+            }
             if powertools is not None:
                 first["Powertools"] = lambda i: powertools(payload={"n": i})
                 replay["Powertools"] = lambda i: powertools(payload={"n": i})

@@ -1,0 +1,139 @@
+"""End to end: a Celery task with three effects through a real worker and the Redis broker.
+
+The same task runs with effectq installed and without it, in alternating
+batches on two real worker processes (solo pool), and the throughput of each
+is compared. The effects do nothing, so the figure is effectq's whole cost per
+task (six round trips for three first-time effects), the worst case.
+
+    python bench/e2e.py [--tasks 300] [--redis-url URL]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import redis
+
+try:
+    from common import redis_server, table
+except ImportError:  # imported as bench.e2e
+    from .common import redis_server, table
+
+HERE = Path(__file__).resolve().parent
+
+
+def _worker(url: str, queue: str, guarded: bool) -> subprocess.Popen[bytes]:
+    env = {
+        **os.environ,
+        "EFFECTQ_BENCH_URL": url,
+        "EFFECTQ_BENCH_GUARD": "1" if guarded else "0",
+        "EFFECTQ_BENCH_QUEUE": queue,
+        "PYTHONPATH": str(HERE) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+    }
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "e2e_app",
+            "worker",
+            "--pool",
+            "solo",
+            "-Q",
+            queue,
+            "--without-gossip",
+            "--without-mingle",
+            "--without-heartbeat",
+            "--loglevel",
+            "WARNING",
+        ],
+        env=env,
+        cwd=HERE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+def _batch(url: str, queue: str, tasks: int) -> float:
+    """Enqueue ``tasks`` tasks and wait for the worker to finish them; returns tasks/s."""
+    from celery import Celery
+
+    client = redis.Redis.from_url(url)
+    client.delete(f"{queue}:done")
+    sender = Celery("sender", broker=url.rsplit("/", 1)[0] + "/1")
+    began = time.perf_counter()
+    for order in range(tasks):
+        sender.send_task("bench.fulfil", args=[order], queue=queue)
+    deadline = time.monotonic() + 600
+    while int(client.get(f"{queue}:done") or 0) < tasks:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{queue}: only {client.get(f'{queue}:done')} of {tasks} tasks finished")
+        time.sleep(0.01)
+    return tasks / (time.perf_counter() - began)
+
+
+def measure(url: str, tasks: int, rounds: int = 3) -> dict[str, Any]:
+    try:
+        import celery  # noqa: F401
+
+        import effectq.celery  # noqa: F401
+    except ImportError as exc:
+        return {"skipped": str(exc)}
+    tag = uuid.uuid4().hex[:6]
+    queues = {False: f"plain-{tag}", True: f"guarded-{tag}"}
+    workers = {guarded: _worker(url, queue, guarded) for guarded, queue in queues.items()}
+    rates: dict[bool, list[float]] = {False: [], True: []}
+    try:
+        for guarded in (False, True):  # warm up: imports, connections, scripts
+            _batch(url, queues[guarded], 10)
+        per_round = max(1, tasks // rounds)
+        for _ in range(rounds):
+            for guarded in (False, True):
+                rates[guarded].append(_batch(url, queues[guarded], per_round))
+    finally:
+        for proc in workers.values():
+            proc.terminate()
+            proc.wait(30)
+    client = redis.Redis.from_url(url)
+    for pattern in (f"effectq:{{bench-{queues[True]}*", "*plain-*", "*guarded-*"):
+        for key in client.scan_iter(match=pattern, count=1000):
+            client.delete(key)
+    plain, guarded = sorted(rates[False])[len(rates[False]) // 2], sorted(rates[True])[len(rates[True]) // 2]
+    return {"tasks": per_round * rounds, "plain": plain, "guarded": guarded}
+
+
+def report(r: dict[str, Any]) -> str:
+    if "skipped" in r:
+        return f"### End to end (Celery)\n\nskipped: {r['skipped']}"
+    rows = [
+        ("without effectq", r["plain"], 1.0),
+        ("with effectq (3 effects per task)", r["guarded"], r["guarded"] / r["plain"]),
+    ]
+    return "\n".join(
+        [
+            f"### End to end: Celery, Redis broker, one solo worker, {r['tasks']} tasks each (median of rounds)",
+            "",
+            table(["", "tasks/s", "ratio"], rows),
+        ]
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tasks", type=int, default=300)
+    parser.add_argument("--redis-url")
+    args = parser.parse_args()
+    with redis_server(args.redis_url) as url:
+        print(report(measure(url, args.tasks)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,158 @@
+"""Run every benchmark, print one markdown report, write it and its plots to bench/results/.
+
+    python bench/run.py                   # small size: a few minutes
+    python bench/run.py --size large      # the documented larger size
+    python bench/run.py --redis-url redis://127.0.0.1:6379/0   # a Redis of yours (default: one of our own)
+
+Needs the bench extra: pip install -e '.[bench]' (Powertools, matplotlib).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import contention  # noqa: E402
+import e2e  # noqa: E402
+import latency  # noqa: E402
+import memory  # noqa: E402
+import redelivery  # noqa: E402
+from common import RESULTS, cleanup, machine, redis_server  # noqa: E402
+
+SIZES: dict[str, dict[str, Any]] = {
+    "smoke": {
+        "latency": 200,
+        "processes": 2,
+        "keys": [8, 50],
+        "rounds": 1,
+        "sizes": [1, 10],
+        "repeat": 2,
+        "memory": 20,
+        "tasks": 20,
+    },
+    "small": {
+        "latency": 3000,
+        "processes": 4,
+        "keys": [8, 1000],
+        "rounds": 3,
+        "sizes": [1, 10, 100],
+        "repeat": 10,
+        "memory": 200,
+        "tasks": 150,
+    },
+    "large": {
+        "latency": 30000,
+        "processes": 8,
+        "keys": [8, 100, 10000],
+        "rounds": 3,
+        "sizes": [1, 10, 100, 1000],
+        "repeat": 30,
+        "memory": 2000,
+        "tasks": 2000,
+    },
+}
+
+
+def plot(lat: dict[str, Any], red: list[dict[str, Any]], out: Path) -> Path | None:
+    """Latency distributions and resume cost against N, as one PNG."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+    for ax, path in zip(axes[:2], ("first", "replay"), strict=True):
+        for name, series in lat[path].items():
+            values = sorted(s * 1e6 for s in series.samples)
+            cut = values[: max(1, int(len(values) * 0.99))]
+            ax.plot(cut, [i / len(values) for i in range(len(cut))], label=name)
+        ax.set_title("first-time effect" if path == "first" else "replay of a completed effect")
+        ax.set_xlabel("µs (to p99)")
+        ax.set_ylabel("fraction of calls")
+        ax.grid(alpha=0.3)
+        ax.legend()
+    ns = [r["n"] for r in red]
+    ax = axes[2]
+    ax.plot(ns, [r["prefetch"]["ms"] for r in red], marker="o", label="effectq (prefetch)")
+    ax.plot(ns, [r["one by one"]["ms"] for r in red], marker="o", label="one claim per effect")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("completed effects N")
+    ax.set_ylabel("ms to resume")
+    ax.set_title("redelivered task: time to resume")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
+def _update_benchmarks_md(report: str) -> None:
+    """Put the report between the markers of BENCHMARKS.md."""
+    path = RESULTS.parent.parent / "BENCHMARKS.md"
+    text = path.read_text()
+    start, end = text.index("<!-- latest -->"), text.index("<!-- /latest -->")
+    path.write_text(text[: start + len("<!-- latest -->")] + "\n" + report + "\n" + text[end:])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size", choices=sorted(SIZES), default="small")
+    parser.add_argument("--redis-url")
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument(
+        "--no-benchmarks-md", action="store_true", help="do not copy the report into BENCHMARKS.md"
+    )
+    args = parser.parse_args(argv)
+    size = SIZES[args.size]
+    began = time.perf_counter()
+    args.out.mkdir(parents=True, exist_ok=True)
+    with redis_server(args.redis_url) as url:
+        where = machine(url)
+        lat = latency.measure(url, size["latency"])
+        cleanup(url, *lat["cleanup"])
+        red = redelivery.measure(url, size["sizes"], size["repeat"])
+        con = contention.measure(url, size["processes"], size["keys"], size["rounds"])
+        mem = memory.measure(url, size["memory"])
+        end = e2e.measure(url, size["tasks"])
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    sections = [
+        f"## effectq benchmarks ({args.size} size, {stamp})",
+        "",
+        f"Machine: {where}.",
+        "",
+        latency.report(lat),
+        "",
+        redelivery.report(red),
+        "",
+        contention.report(con, size["processes"]),
+        "",
+        memory.report(mem),
+        "",
+        e2e.report(end),
+        "",
+        f"All of the above took {time.perf_counter() - began:.0f} s.",
+    ]
+    text = "\n".join(sections)
+    picture = plot(lat, red, args.out / "latest.png")
+    if picture is not None:
+        text += "\n\n![latency and resume cost](latest.png)\n"
+    (args.out / "latest.md").write_text(text + "\n")
+    if args.out == RESULTS and not args.no_benchmarks_md:
+        _update_benchmarks_md(text.replace("](latest.png)", "](bench/results/latest.png)"))
+    print(text)
+    print(f"\nwritten: {args.out / 'latest.md'}" + (f", {picture}" if picture else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
