@@ -1,8 +1,8 @@
 """Contention: P processes hammering K keys; every key must execute exactly once.
 
 Each process calls the same K effects (one run) in its own shuffled order, R
-rounds over them (more rounds for few keys, so the rate is stable), so hot keys (small K) collide all the time and cold keys
-(large K) rarely. effectq must execute each key once in total (counted by an
+rounds over them (more rounds for few keys, so the rate is stable), so hot
+keys (small K) collide all the time and cold keys (large K) rarely. effectq must execute each key once in total (counted by an
 INCR the effect makes); throughput is compared with raw redis-py doing the
 naive ``SET NX`` / ``GET`` dance with the same P processes, which has no
 waiting, no fencing and no crash safety: it is the floor. The run's prefetch
@@ -101,10 +101,12 @@ def measure(url: str, processes: int, key_counts: list[int], rounds: int) -> lis
         tag = uuid.uuid4().hex[:8]
         ns_e, ns_r = f"bench-c-{tag}", f"bench-r-{tag}"
         calls, elapsed = _run(
-            _effectq_worker, lambda i, ns=ns_e, t=tag, k=keys: (url, ns, f"run-{t}", k, spins, i), processes
+            _effectq_worker,
+            lambda i, ns=ns_e, t=tag, k=keys, r=spins: (url, ns, f"run-{t}", k, r, i),
+            processes,
         )
         raw_calls, raw_elapsed = _run(
-            _raw_worker, lambda i, ns=ns_r, k=keys: (url, ns, k, spins, i), processes
+            _raw_worker, lambda i, ns=ns_r, k=keys, r=spins: (url, ns, k, r, i), processes
         )
         results.append(
             {

@@ -83,7 +83,6 @@ def _batch(url: str, queue: str, tasks: int) -> float:
 def measure(url: str, tasks: int, rounds: int = 3) -> dict[str, Any]:
     try:
         import celery  # noqa: F401
-
         import effectq.celery  # noqa: F401
     except ImportError as exc:
         return {"skipped": str(exc)}
@@ -119,7 +118,8 @@ def report(r: dict[str, Any]) -> str:
     ]
     return "\n".join(
         [
-            f"### End to end: Celery, Redis broker, one solo worker, {r['tasks']} tasks each (median of rounds)",
+            f"### End to end: Celery, Redis broker, one solo worker, {r['tasks']} tasks each "
+            "(median of rounds)",
             "",
             table(["", "tasks/s", "ratio"], rows),
         ]

@@ -18,12 +18,12 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import contention  # noqa: E402
-import e2e  # noqa: E402
-import latency  # noqa: E402
-import memory  # noqa: E402
-import redelivery  # noqa: E402
-from common import RESULTS, cleanup, machine, redis_server  # noqa: E402
+import contention
+import e2e
+import latency
+import memory
+import redelivery
+from common import RESULTS, cleanup, machine, redis_server
 
 SIZES: dict[str, dict[str, Any]] = {
     "smoke": {
