@@ -2,12 +2,13 @@
 
 Each process calls the same K effects (one run) in its own shuffled order, R
 rounds over them (more rounds for few keys, so the rate is stable), so hot
-keys (small K) collide all the time and cold keys (large K) rarely. effectq must execute each key once in total (counted by an
-INCR the effect makes); throughput is compared with raw redis-py doing the
-naive ``SET NX`` / ``GET`` dance with the same P processes, which has no
-waiting, no fencing and no crash safety: it is the floor. The run's prefetch
-is off here, so every effectq call is a claim on Redis (with it, a process's
-later replays would not reach Redis at all).
+keys (small K) collide all the time and cold keys (large K) rarely. effectq
+must execute each key once in total (counted by an INCR the effect makes);
+throughput is compared with raw redis-py doing the naive ``SET NX`` / ``GET``
+dance with the same P processes, which has no waiting, no fencing and no
+crash safety: it is the floor. The run's prefetch is off here, so every
+effectq call is a claim on Redis (with it, a process's later replays would
+not reach Redis at all).
 
     python bench/contention.py [-p 4] [--keys 8 1000] [--rounds 3] [--redis-url URL]
 """
