@@ -17,6 +17,7 @@ ARGV[3] result state: "" stored, "too_large", "unserialisable"
 ARGV[4] retention, ms
 ARGV[5] notification channel
 ARGV[6] the record's 16-byte digest, appended to the run's index
+ARGV[7] "s": the channel is sharded (SPUBLISH, Redis Cluster)
 
 Reply: 1 recorded (or already recorded by this token); 0 lost: the token no longer holds it.
 ]]
@@ -48,5 +49,7 @@ if KEYS[4] and redis.call('APPEND', KEYS[4], ARGV[6]) == #ARGV[6] then
 end
 redis.call('ZREM', KEYS[2], rec)
 if s == 'u' then redis.call('ZREM', KEYS[3], rec) end
-if r[3] then redis.call('PUBLISH', ARGV[5], rec) end
+if r[3] then
+  if ARGV[7] == 's' then redis.call('SPUBLISH', ARGV[5], rec) else redis.call('PUBLISH', ARGV[5], rec) end
+end
 return 1
