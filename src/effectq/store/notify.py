@@ -63,12 +63,23 @@ class Notifier:
         self._generation = 0
         self._pid = os.getpid()
         self._closed = False
+        self._retry_at = 0.0  # after a failed subscribe, watchers skip trying until then
 
     def watch(self, record_key: str, callback: Callable[[], None]) -> Callable[[], None]:
-        """Call ``callback`` when ``record_key`` is published; returns the unsubscribe function."""
+        """Call ``callback`` when ``record_key`` is published; returns the unsubscribe function.
+
+        Never raises: when the subscription fails (Redis unreachable, a slot map
+        gone stale during a migration), the watcher is registered anyway, a
+        warning is logged, and the waiter's bounded re-checks carry on.
+        """
         name = record_key.encode()
         with self._lock:
-            self._ensure_listening()
+            if time.monotonic() >= self._retry_at:
+                try:
+                    self._ensure_listening()
+                except StoreError as exc:  # a hint lost: the waiter polls, its call goes on
+                    log.warning("%s; waiters poll meanwhile", exc)
+                    self._retry_at = time.monotonic() + _RETRY_PAUSE
             self._callbacks.setdefault(name, []).append(callback)
 
         def unsubscribe() -> None:
@@ -111,7 +122,7 @@ class Notifier:
             pubsub = self._client.pubsub()
             try:
                 pubsub.subscribe(self._channels[0])
-                _confirm(pubsub, 1)
+                self._confirm(pubsub, 1)
             except Exception:
                 _close(pubsub)
                 raise
@@ -123,7 +134,7 @@ class Notifier:
                 feeds.append(pubsub)
                 for channel in channels:  # one per command: one SSUBSCRIBE may not span slots
                     pubsub.ssubscribe(channel)
-                _confirm(pubsub, len(channels))
+                self._confirm(pubsub, len(channels))
         except Exception:
             for pubsub in feeds:
                 _close(pubsub)
@@ -172,6 +183,22 @@ class Notifier:
             time.sleep(pause)
             pause = min(pause * 2, 10.0)
 
+    def _confirm(self, pubsub: Any, count: int) -> None:
+        """Read ``count`` subscribe confirmations (with the lock held); an error reply raises.
+
+        A notification on a channel subscribed a moment ago may come first: it is delivered.
+        """
+        while count:
+            message = pubsub.get_message(timeout=5.0)
+            kind = message.get("type") if message else None
+            if kind in _DATA:
+                for callback in self._callbacks.pop(message["data"], []):
+                    callback()
+                continue
+            if kind not in ("subscribe", "ssubscribe"):
+                raise StoreError(f"no subscribe confirmation (got {message!r})")
+            count -= 1
+
     # -- listening ----------------------------------------------------------------------
 
     def _listen(self, pubsub: Any, generation: int) -> None:
@@ -200,14 +227,6 @@ class Notifier:
                     callback()
                 except Exception:  # pragma: no cover - callbacks only set events
                     log.exception("effectq: a waiter callback failed")
-
-
-def _confirm(pubsub: Any, count: int) -> None:
-    """Read ``count`` subscribe confirmations; an error reply raises."""
-    for _ in range(count):
-        message = pubsub.get_message(timeout=5.0)
-        if not message or message.get("type") not in ("subscribe", "ssubscribe"):
-            raise StoreError(f"no subscribe confirmation (got {message!r})")
 
 
 def _close(pubsub: Any) -> None:
