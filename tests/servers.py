@@ -187,11 +187,11 @@ class Cluster:
                 return by_port[int(primary[1])]
         raise LookupError(f"no primary serves slot {slot}")
 
-    def move_slot(self, slot: int, target: Server, *, pause: float = 0.0) -> int:
+    def move_slot(self, slot: int, target: Server) -> int:
         """Migrate ``slot`` to ``target`` one key at a time, as ``redis-cli --cluster reshard`` does.
 
-        Returns how many keys moved. ``pause`` sleeps between keys, to keep the slot
-        half-migrated (ASK and TRYAGAIN replies) for longer.
+        Returns how many keys moved. While keys move, clients get ASK and TRYAGAIN
+        replies for the slot; once it moved, MOVED.
         """
         source = self.owner(slot)
         if source is target:
@@ -207,8 +207,6 @@ class Cluster:
                 break
             src.execute_command("MIGRATE", HOST, target.port, "", 0, 5000, "KEYS", *keys)
             moved += len(keys)
-            if pause:
-                time.sleep(pause)
         for server in self.primaries():
             server.client().execute_command("CLUSTER SETSLOT", slot, "NODE", dst_id)
         return moved

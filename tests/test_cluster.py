@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 import pytest
 import redis
 from redis.cluster import RedisCluster
+from redis.crc import key_slot
 
 import effectq
 from effectq.errors import ConfigurationError
@@ -25,7 +26,7 @@ from effectq.store.cluster import check_cluster, seed_nodes
 from effectq.testing import StoreContract
 
 from .conftest import delete_namespace
-from .servers import Cluster
+from .servers import Cluster, free_port, wait_until
 from .test_processes import ROOT, applications, read_line
 
 pytestmark = pytest.mark.slow
@@ -148,6 +149,46 @@ def test_waiter_is_woken_by_a_sharded_notification(
     assert sent["cluster_stats_messages_publish_sent"] == 0
 
 
+def test_waiter_is_woken_after_its_slot_moved(
+    cluster_store: effectq.RedisStore, cluster_client: RedisCluster, redis_cluster: Cluster
+) -> None:
+    """When a slot moves, the listener re-subscribes on the new owner and still wakes waiters."""
+    key = f"r:{uuid.uuid4().hex}"
+    claim = cluster_store.claim(key, ClaimRequest(lease_ms=30_000, owner="holder"))
+    cluster_store.claim(key, ClaimRequest(lease_ms=30_000, owner="waiter"))
+    first = threading.Event()
+    cluster_store.watch(key, first.set)()  # subscribed; this watcher leaves at once
+    slot = cluster_client.keyslot(cluster_store.record_key(key))
+    owner = redis_cluster.owner(slot)
+    redis_cluster.move_slot(slot, next(p for p in redis_cluster.primaries() if p is not owner))
+    heard = threading.Event()
+    unsubscribe = cluster_store.watch(key, heard.set)
+    try:
+        wait_until(lambda: _subscribed(redis_cluster, cluster_store, slot), "the re-subscription")
+        cluster_store.complete(
+            key, claim.token, result=b"1", result_state=ResultState.STORED, retention_ms=60_000
+        )
+        assert heard.wait(10)
+    finally:
+        unsubscribe()
+
+
+def _subscribed(cluster: Cluster, store: effectq.RedisStore, slot: int) -> bool:
+    channel = next(o for o, _ in store.bucket_keys() if key_slot(o.encode()) == slot).rsplit(":", 1)[0]
+    counts = cluster.owner(slot).client().execute_command("PUBSUB SHARDNUMSUB", f"{channel}:notify")
+    return bool(counts[0][1])
+
+
+def test_watch_survives_a_failed_subscription(caplog: pytest.LogCaptureFixture) -> None:
+    """A subscription that cannot be made costs the waiter its hint, not its call."""
+    store = effectq.RedisStore.from_url(f"redis://127.0.0.1:{free_port()}/0", socket_connect_timeout=1)
+    with caplog.at_level("WARNING", logger="effectq.notify"):
+        unsubscribe = store.watch("some-key", lambda: None)
+    unsubscribe()
+    store.close()
+    assert "could not subscribe" in caplog.text
+
+
 def test_unknowns_are_listed_across_every_primary(
     cluster_store: effectq.RedisStore, cluster_client: RedisCluster
 ) -> None:
@@ -233,7 +274,7 @@ def test_slots_migrating_under_running_effects_never_repeat_one(
         for slot in slots:
             owner = redis_cluster.owner(slot)
             target = primaries[(primaries.index(owner) + 1) % len(primaries)]
-            moved += redis_cluster.move_slot(slot, target, pause=0.002)
+            moved += redis_cluster.move_slot(slot, target)
         ledger_client.set(f"{ledger}:stop", 1)
         reports = [json.loads(read_line(proc, timeout=120)) for proc in procs]
     finally:
