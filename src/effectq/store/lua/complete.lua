@@ -26,8 +26,9 @@ local r = redis.pcall('HMGET', rec, 's', 't', 'w', 'a', 'n', 'u', 'k', 'i')
 if r['err'] then
   -- Not a hash: completed already (a packed string), by this token or not.
   local packed = redis.pcall('GET', rec)
-  if type(packed) == 'string' and string.match(packed, '^c1\n(%d+)\n') == ARGV[1] then return 1 end
-  return 0
+  if type(packed) ~= 'string' or string.match(packed, '^c1\n(%d+)\n') ~= ARGV[1] then return 0 end
+  redis.call('SET', rec, packed, 'KEEPTTL') -- a retry: written, so a WAIT after it covers the first try
+  return 1
 end
 local s = r[1]
 if not s or r[2] ~= ARGV[1] then return 0 end
