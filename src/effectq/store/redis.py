@@ -28,8 +28,16 @@ from datetime import UTC, datetime
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
-from ..errors import ConfigurationError, CorruptRecordError, ResolveRefusedError, StoreError
+from ..errors import (
+    ClaimNotReplicatedError,
+    CompletionNotReplicatedError,
+    ConfigurationError,
+    CorruptRecordError,
+    ResolveRefusedError,
+    StoreError,
+)
 from ..keys import check_namespace, key_digest, split_default_key
+from ..options import Duration, seconds
 from .base import Claim, ClaimKind, ClaimRequest, Record, ResultState, Status, Unsubscribe
 from .redis_ops import RedisOperations
 
@@ -43,6 +51,7 @@ except ImportError:  # pragma: no cover - the store is unusable without redis-py
 
 from .cluster import check_cluster, cluster_from_url, is_cluster, is_cluster_url
 from .notify import Notifier
+from .replicas import run_and_wait
 
 if TYPE_CHECKING:
     import redis as _redis
@@ -109,10 +118,20 @@ class RedisStore(RedisOperations):
             ``redis.cluster.RedisCluster`` (Redis 7.0+).
         namespace: isolates tenants; one namespace never sees another's records.
         prefix: first segment of every Redis key.
+        wait_replicas: after a claim that runs the function, and after a
+            completion, wait until this many replicas acknowledged the write
+            (``WAIT``, pipelined with the script: no extra round trip). Fewer
+            within ``replica_timeout`` raises
+            :class:`~effectq.errors.ClaimNotReplicatedError` (the function does
+            not run) or :class:`~effectq.errors.CompletionNotReplicatedError`
+            (it ran; its record may be lost on failover). 0, the default, waits
+            for nothing. See ``docs/deployment.md``.
+        replica_timeout: how long to wait for the replicas (below the socket timeout).
 
     Example:
         >>> store = RedisStore.from_url("redis://127.0.0.1:6379/0", namespace="shop")
         >>> store = RedisStore.from_url("redis+cluster://10.0.0.1:6379,10.0.0.2:6379", namespace="shop")
+        >>> store = RedisStore.from_url("redis://primary:6379/0", wait_replicas=1, replica_timeout=0.5)
     """
 
     def __init__(
@@ -121,6 +140,8 @@ class RedisStore(RedisOperations):
         *,
         namespace: str = "default",
         prefix: str = "effectq",
+        wait_replicas: int = 0,
+        replica_timeout: Duration = 1.0,
     ) -> None:
         options: dict[str, Any] = getattr(client, "get_connection_kwargs", dict)()
         if options.get("decode_responses"):
@@ -130,6 +151,8 @@ class RedisStore(RedisOperations):
         self._client = client
         self._namespace = check_namespace(namespace)
         self._prefix = check_namespace(prefix)
+        self._wait_replicas = _replica_count(wait_replicas)
+        self._replica_timeout_ms = max(1, round(seconds(replica_timeout, option="replica_timeout") * 1000))
         self._sharded = is_cluster(client)
         if self._sharded:
             check_cluster(client)
@@ -145,7 +168,14 @@ class RedisStore(RedisOperations):
 
     @classmethod
     def from_url(
-        cls, url: str, *, namespace: str = "default", prefix: str = "effectq", **kwargs: Any
+        cls,
+        url: str,
+        *,
+        namespace: str = "default",
+        prefix: str = "effectq",
+        wait_replicas: int = 0,
+        replica_timeout: Duration = 1.0,
+        **kwargs: Any,
     ) -> RedisStore:
         """Build a store from a ``redis://``, ``rediss://`` or ``unix://`` URL, or a cluster URL.
 
@@ -158,9 +188,22 @@ class RedisStore(RedisOperations):
         """
         redis = _import_redis()
         options = {**_DEFAULT_TIMEOUTS, **kwargs}
-        if is_cluster_url(url):
-            return cls(cluster_from_url(url, **options), namespace=namespace, prefix=prefix)
-        return cls(redis.Redis.from_url(url, **options), namespace=namespace, prefix=prefix)
+        wait = seconds(replica_timeout, option="replica_timeout")
+        if wait_replicas and options.get("socket_timeout") and wait >= options["socket_timeout"]:
+            raise ConfigurationError(
+                f"replica_timeout ({wait}s) must be below socket_timeout ({options['socket_timeout']}s), "
+                f"or the socket gives up before WAIT answers"
+            )
+        client = (
+            cluster_from_url(url, **options) if is_cluster_url(url) else redis.Redis.from_url(url, **options)
+        )
+        return cls(
+            client,
+            namespace=namespace,
+            prefix=prefix,
+            wait_replicas=wait_replicas,
+            replica_timeout=replica_timeout,
+        )
 
     @classmethod
     def embedded(cls, *, namespace: str = "default", server: Any = None) -> RedisStore:
@@ -194,6 +237,11 @@ class RedisStore(RedisOperations):
     def clustered(self) -> bool:
         """Whether the client is a Redis Cluster client."""
         return self._sharded
+
+    @property
+    def wait_replicas(self) -> int:
+        """How many replicas must acknowledge a claim and a completion (0: none)."""
+        return self._wait_replicas
 
     # -- layout -------------------------------------------------------------------------
 
@@ -285,6 +333,31 @@ class RedisStore(RedisOperations):
         finally:
             pool.release(conn)
 
+    def _run_replicated(self, name: str, key: str, keys: list[str], args: list[Any]) -> tuple[Any, int]:
+        """A script whose write a failover must not lose: (reply, replicas that acknowledged).
+
+        Without ``wait_replicas`` it is a plain call and reports every replica asked for.
+        """
+        if not self._wait_replicas:
+            return self._run(name, key, keys, args), 0
+        try:
+            return run_and_wait(
+                self._client,
+                self._scripts[name],
+                keys,
+                args,
+                replicas=self._wait_replicas,
+                timeout_ms=self._replica_timeout_ms,
+                cluster=self._sharded,
+            )
+        except StoreError:
+            raise
+        except Exception as exc:
+            raise self._failure(name, key, exc) from exc
+
+    def _short(self, acknowledged: int) -> bool:
+        return acknowledged < self._wait_replicas
+
     def _failure(self, op: str, key: str, exc: BaseException) -> StoreError:
         text = str(exc)
         if "WRONGTYPE" in text:
@@ -301,7 +374,7 @@ class RedisStore(RedisOperations):
             + ("i" if request.prefetch else "")
         )
         layout = self._layout_of(key)
-        reply = self._run(
+        reply, acknowledged = self._run_replicated(
             "claim",
             key,
             layout.keys if layout.run_index is None else [*layout.keys, layout.run_index],
@@ -316,7 +389,12 @@ class RedisStore(RedisOperations):
                 request.retention_ms,
             ],
         )
-        return self._decode_claim(key, reply)
+        claim = self._decode_claim(key, reply)
+        if claim.kind is ClaimKind.CLAIMED and self._short(acknowledged):
+            raise ClaimNotReplicatedError(
+                key, claim=claim, acknowledged=acknowledged, required=self._wait_replicas
+            )
+        return claim
 
     def _decode_claim(self, key: str, reply: Any) -> Claim:
         """The one place claim replies are read (their layouts are in claim.lua)."""
@@ -385,7 +463,7 @@ class RedisStore(RedisOperations):
         payload = result if result_state is ResultState.STORED and result is not None else b""
         layout = self._layout_of(key)
         keys = layout.keys if layout.run_index is None else [*layout.keys, layout.run_index]
-        reply = self._run(
+        reply, acknowledged = self._run_replicated(
             "complete",
             key,
             keys,
@@ -399,6 +477,8 @@ class RedisStore(RedisOperations):
                 self._publish,
             ],
         )
+        if reply and self._short(acknowledged):
+            raise CompletionNotReplicatedError(key, acknowledged=acknowledged, required=self._wait_replicas)
         return bool(reply)
 
     def prefetch(self, run_id: str, hint: Any = None) -> _Prefetched:
@@ -439,7 +519,14 @@ class RedisStore(RedisOperations):
         )
 
     def dispatch(self, key: str, token: int, *, lease_ms: int) -> int:
-        return int(self._run("dispatch", key, self._keys(key), [token, lease_ms]))
+        reply, acknowledged = self._run_replicated("dispatch", key, self._keys(key), [token, lease_ms])
+        attempt = int(reply)
+        if attempt and self._short(acknowledged):
+            claim = Claim(ClaimKind.CLAIMED, token=token, attempt=attempt, status=Status.DISPATCHED)
+            raise ClaimNotReplicatedError(
+                key, claim=claim, acknowledged=acknowledged, required=self._wait_replicas
+            )
+        return attempt
 
     def renew(self, key: str, token: int, *, lease_ms: int) -> bool:
         keys = self._keys(key)
@@ -625,6 +712,12 @@ def _packed_claim(packed: bytes) -> Claim | None:
         )
     except ValueError:
         return None
+
+
+def _replica_count(value: Any) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ConfigurationError(f"wait_replicas must be a whole number of replicas (0: none), not {value!r}")
+    return value
 
 
 def _refusal(status: Status | None) -> str:
