@@ -39,15 +39,17 @@ def race(cluster_url: str, ledger_url: str, namespace: str, run_id: str, ledger:
         say(json.dumps({n: act(0, n) for n in order}))
 
 
-def churn(cluster_url: str, ledger_url: str, namespace: str, run_id: str, ledger: str, keys: str) -> None:
+def churn(
+    cluster_url: str, ledger_url: str, namespace: str, run_id: str, ledger: str, keys: str, replicas: str
+) -> None:
     """Round after round of fresh keys (shared by every churner) until told to stop.
 
     Prints one line: how many calls returned, and how many failed, by exception class.
     A failure is allowed (a claim that cannot be routed fails closed); a repeat is not,
-    and the test counts repeats in the ledger.
+    and the test counts repeats in the ledger. ``replicas``: the store's wait_replicas.
     """
     client = remote(ledger_url)
-    store = effectq.RedisStore.from_url(cluster_url, namespace=namespace)
+    store = effectq.RedisStore.from_url(cluster_url, namespace=namespace, wait_replicas=int(replicas))
     act = _effect(client, ledger)
     outcomes: dict[str, int] = {}
     rounds = 0
@@ -64,7 +66,7 @@ def churn(cluster_url: str, ledger_url: str, namespace: str, run_id: str, ledger
                     outcome = type(exc).__name__
                 outcomes[outcome] = outcomes.get(outcome, 0) + 1
             rounds += 1
-    say(json.dumps({"rounds": rounds, "outcomes": outcomes}))
+    say(json.dumps({"rounds": rounds, "outcomes": outcomes, "replicas": int(replicas)}))
 
 
 SCENARIOS = {"race": race, "churn": churn}

@@ -187,6 +187,14 @@ class Cluster:
                 return by_port[int(primary[1])]
         raise LookupError(f"no primary serves slot {slot}")
 
+    def replica_of(self, slot: int) -> Server:
+        """The replica of the primary serving ``slot``."""
+        by_port = {s.port: s for s in self.servers}
+        for start, end, _primary, replica, *_ in self.servers[0].client().execute_command("CLUSTER SLOTS"):
+            if start <= slot <= end:
+                return by_port[int(replica[1])]
+        raise LookupError(f"no replica serves slot {slot}")
+
     def move_slot(self, slot: int, target: Server) -> int:
         """Migrate ``slot`` to ``target`` one key at a time, as ``redis-cli --cluster reshard`` does.
 

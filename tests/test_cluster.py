@@ -114,6 +114,33 @@ def test_cluster_older_than_7_is_refused() -> None:
         check_cluster(_Versions("7.0.15", "6.2.14"))
 
 
+def test_waiting_for_replicas_on_a_cluster(redis_cluster: Cluster, namespace: str) -> None:
+    """With wait_replicas=1, each record is on its slot's replica by the time the call returns."""
+    store = effectq.RedisStore.from_url(redis_cluster.url, namespace=namespace, wait_replicas=1)
+
+    @effectq.effect(name="cluster.replicated")
+    def act(n: int) -> int:
+        return n
+
+    try:
+        with effectq.run("r1", store=store):
+            keys = [act.key(n) for n in range(12)]
+            assert [act(n) for n in range(12)] == list(range(12))
+        replicas = set()
+        for key in keys:
+            record_key = store.record_key(key)
+            replica = redis_cluster.replica_of(key_slot(record_key.encode()))
+            replicas.add(replica.port)
+            reader = redis.Redis(port=replica.port, single_connection_client=True)
+            reader.execute_command("READONLY")
+            assert reader.hget(record_key, "s") == b"c", key
+            reader.close()
+        assert len(replicas) == 3
+    finally:
+        store.close()
+        delete_namespace(store.client, namespace)  # type: ignore[arg-type]
+
+
 # -- notifications -----------------------------------------------------------------------
 
 
@@ -251,6 +278,10 @@ def test_processes_racing_on_a_cluster_apply_each_key_once(
         assert len({result[n] for result in results}) == 1
 
 
+FAILED_CLOSED = {"StoreError", "InProgress", "ClaimNotReplicatedError", "CompletionNotReplicatedError"}
+"""What a call may raise while its slot migrates (a completion not replicated did apply, once)."""
+
+
 def test_slots_migrating_under_running_effects_never_repeat_one(
     redis_cluster: Cluster, cluster_client: RedisCluster, redis_url: str, namespace: str, ledger: str
 ) -> None:
@@ -258,13 +289,16 @@ def test_slots_migrating_under_running_effects_never_repeat_one(
 
     Claims that meet the migration (MOVED, ASK, TRYAGAIN) complete or fail closed; no
     effect applies twice, and no record says completed for an effect that never ran.
+    Two of the processes wait for replicas, so their scripts and WAITs go to the slot's
+    node directly and follow the redirections themselves.
     """
     ledger_client = redis.Redis.from_url(redis_url)
     store = effectq.RedisStore(cluster_client, namespace=namespace)
     slots = sorted({cluster_client.keyslot(open_key) for open_key, _ in store.bucket_keys()})
     before = redis_cluster.errorstats()
     procs = [
-        spawn("churn", redis_cluster.url, redis_url, namespace, "churn-1", ledger, "24") for _ in range(4)
+        spawn("churn", redis_cluster.url, redis_url, namespace, "churn-1", ledger, "24", replicas)
+        for replicas in ("0", "0", "1", "1")
     ]
     try:
         for proc in procs:
@@ -286,11 +320,13 @@ def test_slots_migrating_under_running_effects_never_repeat_one(
         redirects = {kind: after.get(kind, 0) - before.get(kind, 0) for kind in ("MOVED", "ASK", "TRYAGAIN")}
         assert moved > 0
         assert redirects["MOVED"] + redirects["ASK"] + redirects["TRYAGAIN"] > 0, redirects
-        outcomes: Counter[str] = Counter()
-        for report in reports:
-            outcomes.update(report["outcomes"])
-        assert outcomes["ok"] > 0
-        assert set(outcomes) <= {"ok", "StoreError", "InProgress"}, outcomes
+        for replicas in (0, 1):
+            outcomes: Counter[str] = Counter()
+            for report in reports:
+                if report["replicas"] == replicas:
+                    outcomes.update(report["outcomes"])
+            assert outcomes["ok"] > 0
+            assert set(outcomes) <= FAILED_CLOSED | {"ok"}, outcomes
         applied = Counter(entry["key"] for entry in applications(ledger_client, ledger))
         assert applied and max(applied.values()) == 1
         for rnd in range(max(report["rounds"] for report in reports)):
