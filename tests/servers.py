@@ -325,7 +325,7 @@ class Link:
 class Pair:
     """A primary and one replica that replicates through a :class:`Link`."""
 
-    def __init__(self, primary: Server, replica: Server, link: Link) -> None:
+    def __init__(self, primary: Server, replica: Server, link: Link | None) -> None:
         self.primary = primary
         self.replica = replica
         self.link = link
@@ -340,26 +340,33 @@ class Pair:
             and replica["offset"] == info["master_repl_offset"]
         )
 
+    def hold(self) -> None:
+        """From now on the replica receives nothing more (see :meth:`Link.hold`)."""
+        if self.link is None:
+            raise RuntimeError("this pair replicates directly; start it with relay=True to hold it")
+        self.link.hold()
+
     def fail_over(self) -> None:
         """The primary dies (SIGKILL) and the replica is promoted, as Sentinel would do."""
         self.primary.kill()
-        self.link.close()
+        if self.link is not None:
+            self.link.close()
         self.replica.client().execute_command("REPLICAOF", "NO", "ONE")
         wait_until(lambda: self.replica.client().info("replication")["role"] == "master", "promotion")
 
 
 @contextlib.contextmanager
-def primary_with_replica() -> Iterator[Pair]:
-    """A primary, and a replica of it reached through a holdable link."""
+def primary_with_replica(*, relay: bool = True) -> Iterator[Pair]:
+    """A primary, and a replica of it reached through a holdable link (``relay=False``: directly)."""
     with _scratch() as directory:
         primary = Server(directory)
         replica = Server(directory)
         link: Link | None = None
         try:
             primary.start()
-            link = Link(primary.port)
+            link = Link(primary.port) if relay else None
             replica.start()
-            replica.client().execute_command("REPLICAOF", HOST, link.port)
+            replica.client().execute_command("REPLICAOF", HOST, link.port if link else primary.port)
             pair = Pair(primary, replica, link)
             wait_until(pair.in_sync, "the replica to sync")
             yield pair

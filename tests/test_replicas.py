@@ -38,7 +38,14 @@ def store_on(server: Any, namespace: str, wait_replicas: int = 0) -> effectq.Red
 
 def status_on(server: Any, store: effectq.RedisStore, key: str) -> str:
     """The status letter of a record as one server has it ('' when it has none)."""
-    found = server.client().hget(store.record_key(key), "s")
+    return stored_status(server.client(), store.record_key(key))
+
+
+def stored_status(client: Any, record_key: str) -> str:
+    """'c' for a completed (packed) record, else the hash's status field; '' for none."""
+    if client.type(record_key) == b"string":
+        return "c"
+    found = client.hget(record_key, "s")
     return found.decode() if found else ""
 
 
@@ -69,7 +76,7 @@ def test_a_claim_too_few_replicas_acknowledged_never_runs(pair: Pair, namespace:
     store = store_on(pair.primary, namespace, wait_replicas=1)
     applied: list[str] = []
     send = counting(applied)
-    pair.link.hold()
+    pair.hold()
     with effectq.run("r1", store=store):
         with pytest.raises(effectq.ClaimNotReplicatedError) as caught:
             send("ada")
@@ -86,7 +93,7 @@ def test_a_completion_too_few_replicas_acknowledged_reports_the_result(pair: Pai
     """The effect applied but its record is only on the primary: the caller gets the result in the error."""
     store = store_on(pair.primary, namespace, wait_replicas=1)
     applied: list[str] = []
-    send = counting(applied, pair.link.hold)  # the claim is replicated, what follows is not
+    send = counting(applied, pair.hold)  # the claim is replicated, what follows is not
     with effectq.run("r1", store=store):
         with pytest.raises(effectq.CompletionNotReplicatedError) as caught:
             send("ada")
@@ -103,7 +110,7 @@ def test_a_retry_is_not_mistaken_for_replicated(pair: Pair, namespace: str) -> N
     """A claim or completion retried after a lost reply waits for the first try's write, not an older one."""
     plain, waiting = store_on(pair.primary, namespace), store_on(pair.primary, namespace, wait_replicas=1)
     request = ClaimRequest(lease_ms=30_000, owner="worker-1")
-    pair.link.hold()
+    pair.hold()
     first = plain.claim("k1", request)  # landed on the primary; its reply, say, was lost
     with pytest.raises(effectq.ClaimNotReplicatedError) as caught:
         waiting.claim("k1", request)  # the retry: same owner, same grant
@@ -118,7 +125,7 @@ def test_a_replay_is_not_refused_for_lagging_replicas(pair: Pair, namespace: str
     """Only a claim that runs the function must be replicated: a replay answers though the replica lags."""
     store = store_on(pair.primary, namespace, wait_replicas=1)
     claim = store.claim("k1", ClaimRequest(lease_ms=30_000, owner="w"))
-    pair.link.hold()
+    pair.hold()
     with pytest.raises(effectq.CompletionNotReplicatedError):
         store.complete("k1", claim.token, result=b"1", result_state=ResultState.STORED, retention_ms=60_000)
     replay = store.claim("k1", ClaimRequest(lease_ms=30_000, owner="x"))  # WAIT answers 0 after the timeout
@@ -138,7 +145,7 @@ def test_failover_without_waiting_can_repeat_an_effect(pair: Pair, namespace: st
     """
     applied: list[str] = []
     send = counting(applied)
-    pair.link.hold()
+    pair.hold()
     with effectq.run("r1", store=store_on(pair.primary, namespace)):
         assert send("ada") == "sent to ada"
     pair.fail_over()
@@ -151,7 +158,7 @@ def test_failover_with_waiting_never_repeats_an_effect(pair: Pair, namespace: st
     """Same failure with wait_replicas=1: the unreplicated claim never ran, so the retry applies it once."""
     applied: list[str] = []
     send = counting(applied)
-    pair.link.hold()
+    pair.hold()
     primary = store_on(pair.primary, namespace, wait_replicas=1)
     with effectq.run("r1", store=primary), pytest.raises(effectq.ClaimNotReplicatedError):
         send("ada")
@@ -168,7 +175,7 @@ def test_failover_after_an_unreplicated_completion_is_unknown_not_a_repeat(
 ) -> None:
     """The claim replicated, the completion did not: after promotion the record is in doubt, never re-run."""
     applied: list[str] = []
-    send = counting(applied, pair.link.hold)
+    send = counting(applied, pair.hold)
     primary = store_on(pair.primary, namespace, wait_replicas=1)
     with effectq.run("r1", store=primary), pytest.raises(effectq.CompletionNotReplicatedError):
         send("ada")
