@@ -184,3 +184,13 @@ def test_failover_after_an_unreplicated_completion_is_unknown_not_a_repeat(
     with effectq.run("r1", store=promoted), pytest.raises(effectq.OutcomeUnknown, match="lease expired"):
         send("ada")
     assert applied == ["ada"]
+
+
+def test_wait_options_are_checked_when_the_store_is_built() -> None:
+    """A negative count, or a wait the socket would give up on first, is refused up front."""
+    with pytest.raises(effectq.ConfigurationError, match="wait_replicas"):
+        effectq.RedisStore.from_url("redis://127.0.0.1:1/0", wait_replicas=-1)
+    with pytest.raises(effectq.ConfigurationError, match="socket_timeout"):
+        effectq.RedisStore.from_url("redis://127.0.0.1:1/0", wait_replicas=1, replica_timeout=5)
+    store = effectq.RedisStore.from_url("redis://127.0.0.1:1/0", wait_replicas=2, replica_timeout=0.25)
+    assert store.wait_replicas == 2
