@@ -23,7 +23,7 @@ import effectq
 from effectq.errors import ConfigurationError
 from effectq.store.base import ClaimKind, ClaimRequest, ResultState, Status
 from effectq.store.cluster import check_cluster, seed_nodes
-from effectq.testing import StoreContract
+from effectq.testing import OperatorStoreContract, StoreContract
 
 from .conftest import delete_namespace
 from .servers import Cluster, free_port, wait_until
@@ -48,7 +48,7 @@ def cluster_store(cluster_client: RedisCluster, namespace: str) -> Iterator[effe
     delete_namespace(cluster_client, namespace)
 
 
-class TestClusterStore(StoreContract):
+class TestClusterStore(StoreContract, OperatorStoreContract):
     @pytest.fixture
     def store_factory(self, cluster_client: RedisCluster) -> Iterator[Callable[[str], effectq.Store]]:
         made: list[effectq.RedisStore] = []
@@ -148,6 +148,25 @@ def test_waiting_for_replicas_on_a_cluster(redis_cluster: Cluster, namespace: st
         delete_namespace(store.client, namespace)  # type: ignore[arg-type]
 
 
+def unknowns(store: effectq.RedisStore, count: int) -> list[str]:
+    """``count`` keys of their own (so their own buckets), each claimed then marked unknown."""
+    keys = [f"r:{n}" for n in range(count)]
+    for key in keys:
+        claim = store.claim(key, ClaimRequest(lease_ms=30_000, owner="o"))
+        store.mark_unknown(key, claim.token, error="TimeoutError")
+    return keys
+
+
+def test_listing_after_the_scripts_were_flushed(
+    cluster_store: effectq.RedisStore, redis_cluster: Cluster
+) -> None:
+    """A primary that never loaded the scripts (a promoted replica, a SCRIPT FLUSH) still lists records."""
+    keys = unknowns(cluster_store, 20)
+    for server in redis_cluster.primaries():
+        server.client().script_flush()
+    assert {record.key for record in cluster_store.in_doubt()} == set(keys)
+
+
 # -- notifications -----------------------------------------------------------------------
 
 
@@ -227,10 +246,7 @@ def test_unknowns_are_listed_across_every_primary(
     cluster_store: effectq.RedisStore, cluster_client: RedisCluster
 ) -> None:
     """The doubt index is one key per bucket: reading every bucket finds unknowns on every primary."""
-    keys = [f"r:{n}" for n in range(40)]
-    for key in keys:
-        claim = cluster_store.claim(key, ClaimRequest(lease_ms=30_000, owner="o"))
-        cluster_store.mark_unknown(key, claim.token, error="TimeoutError")
+    keys = unknowns(cluster_store, 40)
     found = set()
     nodes = set()
     for _open, doubt in cluster_store.bucket_keys():
