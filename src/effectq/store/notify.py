@@ -38,7 +38,7 @@ __all__ = ["Notifier"]
 
 log = logging.getLogger("effectq.notify")
 
-_LISTEN_TIMEOUT = 1.0
+_LISTEN_TIMEOUT = 0.5
 _RETRY_PAUSE = 0.5
 _DATA = ("message", "smessage")
 _MOVED = "a slot moved"
@@ -93,7 +93,10 @@ class Notifier:
         return unsubscribe
 
     def close(self) -> None:
-        """Stop listening (the client stays open: it is the caller's)."""
+        """Stop listening; each listener closes its own connection within half a second.
+
+        The client stays open: it is the caller's.
+        """
         with self._lock:
             self._closed = True
             self._drop_feeds()
@@ -156,11 +159,13 @@ class Notifier:
             log.warning("effectq could not refresh the cluster slot map (%s)", exc)
 
     def _drop_feeds(self) -> None:
-        """Close this generation's connections; their listeners see a new generation and stop."""
+        """End this generation: its listeners see a new one, stop, and close their connections.
+
+        A listener alone reads and closes its connection, so a socket still being read
+        is never handed back to a pool.
+        """
         self._generation += 1
-        feeds, self._feeds = self._feeds, []
-        for pubsub in feeds:
-            _close(pubsub)
+        self._feeds = []
 
     def _resubscribe(self, generation: int, why: str) -> None:
         """Start again (a listener lost its feed), retrying until it works or someone else did."""
@@ -192,8 +197,7 @@ class Notifier:
             message = pubsub.get_message(timeout=5.0)
             kind = message.get("type") if message else None
             if kind in _DATA:
-                for callback in self._callbacks.pop(message["data"], []):
-                    callback()
+                self._deliver(message["data"], locked=True)
                 continue
             if kind not in ("subscribe", "ssubscribe"):
                 raise StoreError(f"no subscribe confirmation (got {message!r})")
@@ -202,31 +206,45 @@ class Notifier:
     # -- listening ----------------------------------------------------------------------
 
     def _listen(self, pubsub: Any, generation: int) -> None:
-        while not self._closed and generation == self._generation:
-            try:
-                message = pubsub.get_message(timeout=_LISTEN_TIMEOUT)
-            except Exception as exc:
-                if self._closed or generation != self._generation:
-                    return
-                log.warning("effectq notification listener lost its connection (%s); waiters poll", exc)
-                time.sleep(_RETRY_PAUSE)
-                self._resubscribe(generation, str(exc))
-                return
-            if not message:
-                continue
-            kind = message.get("type")
-            if kind == "sunsubscribe":  # the server moved the channel's slot to another node
-                self._resubscribe(generation, _MOVED)
-                return
-            if kind not in _DATA:
-                continue
-            with self._lock:
-                callbacks = self._callbacks.pop(message["data"], [])
-            for callback in callbacks:
+        """Dispatch notifications until closed or superseded; only this thread reads and closes ``pubsub``."""
+        try:
+            while not self._closed and generation == self._generation:
                 try:
-                    callback()
-                except Exception:  # pragma: no cover - callbacks only set events
-                    log.exception("effectq: a waiter callback failed")
+                    message = pubsub.get_message(timeout=_LISTEN_TIMEOUT)
+                except Exception as exc:
+                    if self._closed or generation != self._generation:
+                        return
+                    log.warning("effectq notification listener lost its connection (%s); waiters poll", exc)
+                    time.sleep(_RETRY_PAUSE)
+                    self._resubscribe(generation, str(exc))
+                    return
+                if not message:
+                    continue
+                kind = message.get("type")
+                if kind == "sunsubscribe":  # the server moved the channel's slot to another node
+                    self._resubscribe(generation, _MOVED)
+                    return
+                if kind in _DATA:
+                    self._deliver(message["data"], locked=False)
+        finally:
+            _close(pubsub)
+
+    def _deliver(self, record_key: bytes, *, locked: bool) -> None:
+        """Call every watcher of ``record_key``; they stay registered until they unsubscribe.
+
+        A waiter woken for a record that someone else then claims goes on waiting on
+        the same watch, and must hear that record's next notification too.
+        """
+        if locked:
+            callbacks = list(self._callbacks.get(record_key, ()))
+        else:
+            with self._lock:
+                callbacks = list(self._callbacks.get(record_key, ()))
+        for callback in callbacks:
+            try:
+                callback()
+            except Exception:  # pragma: no cover - callbacks only set events
+                log.exception("effectq: a waiter callback failed")
 
 
 def _close(pubsub: Any) -> None:
