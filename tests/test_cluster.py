@@ -202,6 +202,21 @@ def test_waiter_is_woken_by_a_sharded_notification(
     assert sent["cluster_stats_messages_publish_sent"] == 0
 
 
+def test_a_watcher_hears_every_notification_until_it_leaves(cluster_store: effectq.RedisStore) -> None:
+    """Woken once, a waiter that finds the record claimed again keeps its watch and is woken again."""
+    key = f"r:{uuid.uuid4().hex}"
+    heard = threading.Semaphore(0)
+    unsubscribe = cluster_store.watch(key, heard.release)
+    try:
+        for holder in ("first", "second"):
+            claim = cluster_store.claim(key, ClaimRequest(lease_ms=30_000, owner=holder))
+            cluster_store.claim(key, ClaimRequest(lease_ms=30_000, owner="waiter"))  # flags the record
+            cluster_store.release(key, claim.token, error="not applied", retention_ms=60_000)
+            assert heard.acquire(timeout=10), holder
+    finally:
+        unsubscribe()
+
+
 def test_waiter_is_woken_after_its_slot_moved(
     cluster_store: effectq.RedisStore, cluster_client: RedisCluster, redis_cluster: Cluster
 ) -> None:
