@@ -13,6 +13,7 @@ import threading
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 import redis
@@ -20,6 +21,8 @@ from redis.cluster import RedisCluster
 from redis.crc import key_slot
 
 import effectq
+from effectq.cli import Exit, main
+from effectq.doctor import Level, diagnose
 from effectq.errors import ConfigurationError
 from effectq.store.base import ClaimKind, ClaimRequest, ResultState, Status
 from effectq.store.cluster import check_cluster, seed_nodes
@@ -378,3 +381,60 @@ def test_slots_migrating_under_running_effects_never_repeat_one(
     finally:
         store.close()
         delete_namespace(cluster_client, namespace)
+
+
+# -- doctor ------------------------------------------------------------------------------
+
+
+def _doctor(
+    cluster: Cluster, namespace: str, capsys: pytest.CaptureFixture[str], *extra: str
+) -> tuple[int, Any]:
+    code = main(["doctor", "--url", cluster.url, "--namespace", namespace, "--json", *extra])
+    findings = json.loads(capsys.readouterr().out)["findings"]
+    by_node: dict[str, dict[str, Any]] = {}
+    for finding in findings:
+        if finding["node"]:
+            by_node.setdefault(finding["node"], {})[finding["check"]] = finding
+    return code, by_node
+
+
+def test_doctor_examines_every_node_of_a_cluster(
+    redis_cluster: Cluster, namespace: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Replicas, min-replicas-to-write, persistence and eviction, for each of the six nodes."""
+    code, by_node = _doctor(redis_cluster, namespace, capsys)
+    assert set(by_node) == {s.address for s in redis_cluster.servers}
+    primaries = {s.address for s in redis_cluster.primaries()}
+    for node, found in by_node.items():
+        assert {"eviction", "persistence", "replicas", "version"} <= set(found), node
+        assert found["eviction"]["level"] == "ok"
+        assert found["persistence"]["level"] == "fail"  # these servers keep nothing on disk
+        replicas = found["replicas"]
+        if node in primaries:
+            assert replicas["level"] == "warn"
+            assert replicas["summary"].startswith("1 replica(s)")
+            assert "min-replicas-to-write 0" in replicas["summary"]
+        else:
+            assert replicas["level"] == "ok"
+            assert replicas["summary"].startswith("cluster replica of 127.0.0.1:")
+    assert code == Exit.FAILED
+
+
+def test_doctor_holds_every_primary_to_the_stores_wait(
+    redis_cluster: Cluster, namespace: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """With --wait-replicas 1 each primary (one replica each) passes; with 2 each fails, saying why."""
+    primaries = {s.address for s in redis_cluster.primaries()}
+    _, by_node = _doctor(redis_cluster, namespace, capsys, "--wait-replicas", "1")
+    assert {by_node[p]["replicas"]["level"] for p in primaries} == {"ok"}
+    _, by_node = _doctor(redis_cluster, namespace, capsys, "--wait-replicas", "2")
+    for primary in primaries:
+        assert by_node[primary]["replicas"]["level"] == "fail"
+        assert "the store waits for 2" in by_node[primary]["replicas"]["summary"]
+    assert main(["doctor", "--url", redis_cluster.url, "--wait-replicas", "-1"]) == Exit.USAGE
+    store = effectq.RedisStore.from_url(redis_cluster.url, namespace=namespace, wait_replicas=2)
+    try:
+        found = [f for f in diagnose(store) if f.check == "replicas" and f.node in primaries]
+    finally:
+        store.close()
+    assert {f.level for f in found} == {Level.FAIL}, "diagnose(store) reads the store's own wait"
