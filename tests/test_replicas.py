@@ -106,6 +106,51 @@ def test_a_completion_too_few_replicas_acknowledged_reports_the_result(pair: Pai
     assert status_on(pair.replica, store, key) == "d"
 
 
+def test_an_unreplicated_redispatch_of_an_unknown_goes_back_to_unknown(pair: Pair, namespace: str) -> None:
+    """A replay-safe re-run of an unknown, refused for want of replicas, leaves it unknown, not released."""
+    store = store_on(pair.primary, namespace, wait_replicas=1)
+    applied: list[str] = []
+
+    @effectq.effect(name="card.charge", replay_safe=True)
+    def charge() -> str:
+        applied.append("charged")
+        return "charged"
+
+    with effectq.run("r1", store=store):
+        key = charge.key()
+    earlier = store.claim(key, ClaimRequest(lease_ms=30_000, owner="dead-worker"))
+    store.mark_unknown(key, earlier.token, error="TimeoutError: read timed out")
+    pair.hold()
+    with effectq.run("r1", store=store), pytest.raises(effectq.ClaimNotReplicatedError):
+        charge()
+    assert applied == []
+    record = store.get(key)
+    assert record is not None and record.status is effectq.Status.UNKNOWN
+    assert "read timed out" in record.error
+
+
+def test_an_unreplicated_dispatch_after_a_reconcile_never_runs(pair: Pair, namespace: str) -> None:
+    """Reconcile found nothing, but the dispatch that follows is not replicated: released, not run."""
+    store = store_on(pair.primary, namespace, wait_replicas=1)
+    applied: list[str] = []
+
+    def nothing_found(key: str, args: dict[str, Any], ctx: effectq.EffectContext) -> None:
+        pair.hold()  # the reconcile lease was granted; what follows is not replicated
+
+    @effectq.effect(name="email.send", reconcile=nothing_found, reconcile_on="always")
+    def send(to: str) -> str:
+        applied.append(to)
+        return "sent"
+
+    with effectq.run("r1", store=store):
+        with pytest.raises(effectq.ClaimNotReplicatedError):
+            send("ada")
+        key = send.key("ada")
+    assert applied == []
+    record = store.get(key)
+    assert record is not None and record.status is effectq.Status.RELEASED
+
+
 def test_a_retry_is_not_mistaken_for_replicated(pair: Pair, namespace: str) -> None:
     """A claim or completion retried after a lost reply waits for the first try's write, not an older one."""
     plain, waiting = store_on(pair.primary, namespace), store_on(pair.primary, namespace, wait_replicas=1)
