@@ -39,7 +39,10 @@ from ..errors import (
 from ..keys import check_namespace, key_digest, split_default_key
 from ..options import Duration, seconds
 from .base import Claim, ClaimKind, ClaimRequest, Record, ResultState, Status, Unsubscribe
+from .cluster import check_cluster, cluster_from_url, is_cluster, is_cluster_url
+from .notify import Notifier
 from .redis_ops import RedisOperations
+from .replicas import run_and_wait
 
 try:
     from redis.exceptions import NoScriptError as _NoScriptError
@@ -48,10 +51,6 @@ except ImportError:  # pragma: no cover - the store is unusable without redis-py
     class _NoScriptError(Exception):  # type: ignore[no-redef]
         pass
 
-
-from .cluster import check_cluster, cluster_from_url, is_cluster, is_cluster_url
-from .notify import Notifier
-from .replicas import run_and_wait
 
 if TYPE_CHECKING:
     import redis as _redis
@@ -336,7 +335,7 @@ class RedisStore(RedisOperations):
     def _run_replicated(self, name: str, key: str, keys: list[str], args: list[Any]) -> tuple[Any, int]:
         """A script whose write a failover must not lose: (reply, replicas that acknowledged).
 
-        Without ``wait_replicas`` it is a plain call and reports every replica asked for.
+        Without ``wait_replicas`` it is a plain call and reports 0 acknowledgements, all it asked for.
         """
         if not self._wait_replicas:
             return self._run(name, key, keys, args), 0
