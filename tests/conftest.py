@@ -16,6 +16,8 @@ import redis
 
 import effectq
 
+from . import servers
+
 REDIS_URL = os.environ.get("EFFECTQ_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 
 
@@ -30,6 +32,13 @@ def redis_url() -> str:
     finally:
         client.close()
     return REDIS_URL
+
+
+@pytest.fixture(scope="session")
+def redis_cluster() -> Iterator[servers.Cluster]:
+    """A Redis Cluster of the session's own (3 primaries, 3 replicas, free ports), stopped at the end."""
+    with servers.cluster() as made:
+        yield made
 
 
 @pytest.fixture

@@ -27,6 +27,8 @@ from .context import EffectContext, KeyContext, current_effect
 from .effect import Effect, effect
 from .engine import Applied
 from .errors import (
+    ClaimNotReplicatedError,
+    CompletionNotReplicatedError,
     ConfigurationError,
     CorruptRecordError,
     EffectqError,
@@ -38,6 +40,7 @@ from .errors import (
     NoActiveRun,
     OutcomeUnknown,
     ReconcileError,
+    ReplicationError,
     ResolveRefusedError,
     ResultDecodeError,
     ResultNotRecordedError,
@@ -58,6 +61,8 @@ __version__ = "0.1.0"
 __all__ = [
     "MAYBE_APPLIED",
     "Applied",
+    "ClaimNotReplicatedError",
+    "CompletionNotReplicatedError",
     "ConfigurationError",
     "CorruptRecordError",
     "Effect",
@@ -77,6 +82,7 @@ __all__ = [
     "ReconcileOn",
     "Record",
     "RedisStore",
+    "ReplicationError",
     "ResolveRefusedError",
     "ResultDecodeError",
     "ResultNotRecordedError",

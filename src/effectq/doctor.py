@@ -16,7 +16,9 @@ Why each matters:
 - persistence: a restart without AOF loses every record written since the last
   snapshot, and with them the memory that those effects applied.
 - replicas: replication is asynchronous; a failover can promote a replica that
-  never saw the last claims and completions, unless writes wait for replicas.
+  never saw the last claims and completions, unless writes wait for replicas
+  (``RedisStore(wait_replicas=N)``: then every primary needs N replicas). On a
+  cluster each node is examined, replicas included (they take over on failover).
 - scripts: every transition is a Lua script; a server or proxy that refuses
   ``SCRIPT LOAD``/``EVALSHA`` (or an ACL that does) fails every effect, closed.
 - clock: leases are judged by the Redis clock; a server clock that jumps makes
@@ -100,11 +102,15 @@ class Node:
     Args:
         client: a ``redis.Redis`` connected to this very server.
         name: how to call it in findings (``host:port``).
+        wait_replicas: how many replicas the store waits for after a claim and a
+            completion (``RedisStore(wait_replicas=N)``); the replicas check holds
+            every primary to it.
     """
 
-    def __init__(self, client: Any, name: str) -> None:
+    def __init__(self, client: Any, name: str, *, wait_replicas: int = 0) -> None:
         self.client = client
         self.name = name
+        self.wait_replicas = wait_replicas
         self._info: dict[str, Any] | None = None
         self._config: dict[str, str] | None = None
         self.config_error = ""
@@ -145,6 +151,13 @@ def check_version(node: Node) -> Finding:
     text = str(info.get("redis_version", "?"))
     found = _version(text)
     server = f"Redis {text} ({info.get('redis_mode', 'standalone')})"
+    if found and found < (7,) and _clustered(info):
+        return Finding(
+            "version",
+            Level.FAIL,
+            f"{server}: on Redis Cluster the scripts publish with SPUBLISH (sharded pub/sub), new in 7.0",
+            "upgrade every node to Redis 7.0 or later",
+        )
     if found and found < (5,):
         return Finding(
             "version",
@@ -252,20 +265,33 @@ def check_persistence(node: Node) -> Finding:
 
 
 def check_replicas(node: Node) -> Finding:
-    """Replication is asynchronous: a failover can lose the last writes unless writes wait for replicas."""
+    """Replication is asynchronous: a failover can lose the last writes unless writes wait for replicas.
+
+    On a cluster every node is examined: a replica is expected (it takes over its
+    primary's slots), and its link is what matters.
+    """
     info = node.info()
     role = str(info.get("role", "master"))
     if role != "master":
-        return Finding(
-            "replicas",
-            Level.FAIL,
-            f"this server is a replica (of {info.get('master_host')}:{info.get('master_port')}): it refuses "
-            f"writes, so every effect fails",
-            "point effectq at the primary (or at Sentinel / the cluster)",
-        )
+        upstream = f"{info.get('master_host')}:{info.get('master_port')}"
+        if not _clustered(info):
+            return Finding(
+                "replicas",
+                Level.FAIL,
+                f"this server is a replica (of {upstream}): it refuses writes, so every effect fails",
+                "point effectq at the primary (or at Sentinel / the cluster)",
+            )
+        link = str(info.get("master_link_status", "?"))
+        if link != "up":
+            return Finding(
+                "replicas",
+                Level.WARN,
+                f"cluster replica of {upstream}, link {link}: promoted now, it would lack its primary's "
+                f"latest claims and completions",
+                "look at the replication link in both nodes' logs",
+            )
+        return Finding("replicas", Level.OK, f"cluster replica of {upstream}, link up")
     count = int(info.get("connected_slaves") or 0)
-    if not count:
-        return Finding("replicas", Level.OK, "no replicas: no failover to lose writes in")
     lags = [
         int(value.get("lag", 0))
         for name, value in info.items()
@@ -273,6 +299,24 @@ def check_replicas(node: Node) -> Finding:
     ]
     lag = f", max lag {max(lags)}s" if lags and max(lags) >= REPLICA_LAG_WARN else ""
     minimum = node.config("min-replicas-to-write") or "?"
+    wait = node.wait_replicas
+    if wait and count < wait:
+        return Finding(
+            "replicas",
+            Level.FAIL,
+            f"{count} replica(s) connected, min-replicas-to-write {minimum}, but the store waits for "
+            f"{wait}: every claim that must run is refused (ClaimNotReplicatedError), nothing runs",
+            f"give this primary {wait} replica(s), or lower wait_replicas",
+        )
+    if wait:
+        return Finding(
+            "replicas",
+            Level.OK,
+            f"{count} replica(s){lag}, min-replicas-to-write {minimum}; the store waits for {wait} after "
+            f"each claim and completion, so a failover leaves at worst an unknown, never a repeat",
+        )
+    if not count:
+        return Finding("replicas", Level.OK, "no replicas: no failover to lose writes in")
     return Finding(
         "replicas",
         Level.WARN,
@@ -282,6 +326,10 @@ def check_replicas(node: Node) -> Finding:
         "make the store WAIT for replicas after each claim and completion (see docs/deployment.md), and "
         "set min-replicas-to-write; the remote API's idempotency key is the last line of defence",
     )
+
+
+def _clustered(info: dict[str, Any]) -> bool:
+    return bool(int(info.get("cluster_enabled") or 0))
 
 
 def check_scripts(node: Node) -> Finding:
@@ -366,14 +414,15 @@ def examine(node: Node, checks: tuple[Check, ...] = CHECKS) -> list[Finding]:
     return found
 
 
-def nodes(client: Any) -> Iterator[Node]:
-    """The servers behind a client: the one it talks to (a cluster client: each of its nodes)."""
+def nodes(client: Any, *, wait_replicas: int = 0) -> Iterator[Node]:
+    """The servers behind a client: the one it talks to (a cluster client: each of its nodes,
+    primaries and replicas)."""
     if hasattr(client, "get_nodes"):  # redis.cluster.RedisCluster
         for node in client.get_nodes():
-            yield Node(client.get_redis_connection(node), node.name)
+            yield Node(client.get_redis_connection(node), node.name, wait_replicas=wait_replicas)
         return
     kwargs = client.connection_pool.connection_kwargs
-    yield Node(client, f"{kwargs.get('host', '?')}:{kwargs.get('port', '?')}")
+    yield Node(client, f"{kwargs.get('host', '?')}:{kwargs.get('port', '?')}", wait_replicas=wait_replicas)
 
 
 def check_in_doubt(store: Any) -> Finding:
@@ -393,9 +442,16 @@ def check_in_doubt(store: Any) -> Finding:
     )
 
 
-def diagnose(store: Any, checks: tuple[Check, ...] = CHECKS) -> list[Finding]:
-    """Every check on every node behind ``store``'s client, then what is in doubt in its namespace."""
-    found = [finding for node in nodes(store.client) for finding in examine(node, checks)]
+def diagnose(
+    store: Any, checks: tuple[Check, ...] = CHECKS, *, wait_replicas: int | None = None
+) -> list[Finding]:
+    """Every check on every node behind ``store``'s client, then what is in doubt in its namespace.
+
+    ``wait_replicas``: what the application's stores wait for, when it is not
+    ``store``'s own (the command line builds a store of its own).
+    """
+    wait = getattr(store, "wait_replicas", 0) if wait_replicas is None else wait_replicas
+    found = [finding for node in nodes(store.client, wait_replicas=wait) for finding in examine(node, checks)]
     try:
         found.append(check_in_doubt(store))
     except Exception as exc:

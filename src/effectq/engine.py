@@ -8,7 +8,11 @@ event loop), and the streaming drivers in :mod:`effectq.effect` iterate
 generator effects. One state machine serves sync, async and generator effects.
 
 Round trips on a store where each primitive is one: a first-time effect costs
-two (claim, complete), a replay one (claim).
+two (claim, complete), a replay one (claim). A store that waits for replicas
+(``RedisStore(wait_replicas=N)``) pipelines the wait with the claim and the
+completion, and raises when too few acknowledged: a claim is then given back
+without running the function; a completion reaches the caller as
+:class:`~effectq.errors.CompletionNotReplicatedError` carrying the result.
 """
 
 from __future__ import annotations
@@ -29,6 +33,8 @@ from . import events
 from .codec import DecodeError
 from .context import EffectContext
 from .errors import (
+    ClaimNotReplicatedError,
+    CompletionNotReplicatedError,
     CorruptRecordError,
     InProgress,
     InputMismatchError,
@@ -256,6 +262,9 @@ def _claim(call: Call) -> Generator[Op, Any, tuple[Claim, int]]:
             claim = yield from _store(call, store.claim, key, call.request)
         except CorruptRecordError:
             raise
+        except ClaimNotReplicatedError as exc:
+            yield from _give_back(call, exc)
+            raise
         except StoreError:
             if pause is None:
                 heartbeat.defer(
@@ -268,9 +277,38 @@ def _claim(call: Call) -> Generator[Op, Any, tuple[Claim, int]]:
     raise AssertionError("unreachable")  # pragma: no cover
 
 
+def _give_back(call: Call, exc: ClaimNotReplicatedError) -> Generator[Op, Any, None]:
+    """Hand back a claim too few replicas acknowledged: the function never ran under it.
+
+    Released, so the next call applies the effect rather than meet a false unknown
+    once the lease runs out; a replay-safe re-dispatch of an unknown goes back to
+    unknown. Neither write is waited for: if a failover loses it, the replica has
+    the claim (its lease runs out: unknown) or nothing (the next call applies).
+    """
+    claim = exc.claim
+    log_claim.error("%s; the claim is given back", exc)
+    if claim.error:
+        yield from _write(
+            "mark_unknown", call, call.store.mark_unknown, call.key, claim.token, error=claim.error
+        )
+        return
+    yield from _write(
+        "release",
+        call,
+        call.store.release,
+        call.key,
+        claim.token,
+        error="claim not acknowledged by enough replicas; never run",
+        retention_ms=call.effect.options.retention_ms,
+    )
+
+
 def _abandon(call: Call) -> Callable[[], None]:
     def abandon() -> None:
-        claim = call.store.claim(call.key, call.request)  # our grant back, or a new one: nothing ran
+        try:
+            claim = call.store.claim(call.key, call.request)  # our grant back, or a new one: nothing ran
+        except ClaimNotReplicatedError as exc:  # it landed on the primary all the same
+            claim = exc.claim
         if claim.kind in (ClaimKind.CLAIMED, ClaimKind.RECONCILE):
             call.store.release(
                 call.key,
@@ -316,7 +354,13 @@ def procedure(call: Call) -> Procedure:
                 found = yield from _reconcile(call, claim)
                 if found is not _NOT_FOUND:
                     return found, False
-                attempt = yield from _store(call, store.dispatch, key, claim.token, lease_ms=options.lease_ms)
+                try:
+                    attempt = yield from _store(
+                        call, store.dispatch, key, claim.token, lease_ms=options.lease_ms
+                    )
+                except ClaimNotReplicatedError as exc:
+                    yield from _give_back(call, exc)
+                    raise
                 if not attempt:
                     log_reconcile.warning("effectq lost the claim of %s after reconcile; looking again", key)
                     continue
@@ -532,6 +576,12 @@ def _record(call: Call, token: int, value: Any, attempt: int = 0) -> Generator[O
         started = time.time_ns()
         try:
             recorded = yield from _store(call, store.complete, key, token, **kwargs)
+        except CompletionNotReplicatedError as exc:
+            _emit(call, EventKind.COMPLETED, started, attempt=attempt, error=str(exc))
+            log_complete.error("effectq %s: %s", effect.name, exc)
+            raise CompletionNotReplicatedError(
+                key, acknowledged=exc.acknowledged, required=exc.required, name=effect.name, result=value
+            ) from None
         except StoreError as exc:
             if pause is not None:
                 yield SleepOp(pause)

@@ -8,12 +8,14 @@ handler (or an operator reading a log line) does not have to parse messages.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .store.base import Record
+    from .store.base import Claim, Record
 
 __all__ = [
+    "ClaimNotReplicatedError",
+    "CompletionNotReplicatedError",
     "ConfigurationError",
     "CorruptRecordError",
     "EffectqError",
@@ -25,6 +27,7 @@ __all__ = [
     "NoActiveRun",
     "OutcomeUnknown",
     "ReconcileError",
+    "ReplicationError",
     "ResolveRefusedError",
     "ResultDecodeError",
     "ResultNotRecordedError",
@@ -113,6 +116,74 @@ class CorruptRecordError(StoreError):
         super().__init__(
             f"the record for key {key!r} is corrupt ({detail}); nothing was run. "
             f"Inspect it with `effectq show '{key}'` before deleting it."
+        )
+
+
+class ReplicationError(EffectqError):
+    """Fewer replicas than asked for acknowledged a write (``RedisStore(wait_replicas=N)``).
+
+    The write reached the primary; a failover before it reaches a replica would
+    lose it. Catch this class for both cases below.
+
+    Attributes:
+        key: the effect key.
+        acknowledged: how many replicas acknowledged the write within the timeout.
+        required: how many the store asks for.
+    """
+
+    def __init__(self, key: str, message: str, *, acknowledged: int, required: int) -> None:
+        self.key = key
+        self.acknowledged = acknowledged
+        self.required = required
+        super().__init__(f"{message} ({acknowledged} of {required} replicas acknowledged; key {key!r})")
+
+
+class ClaimNotReplicatedError(ReplicationError, StoreError):
+    """Too few replicas acknowledged the claim: the effect did not run.
+
+    A failover could lose the claim and let another caller run the effect at the
+    same time, so the function was not called; the claim is given back. Like any
+    :class:`StoreError`, it is safe to retry the call.
+
+    Attributes:
+        claim: the claim that was granted on the primary (its ``token`` fences it).
+    """
+
+    def __init__(self, key: str, *, claim: Claim, acknowledged: int, required: int) -> None:
+        self.claim = claim
+        super().__init__(
+            key,
+            "effectq did not run the effect: too few replicas acknowledged its claim",
+            acknowledged=acknowledged,
+            required=required,
+        )
+
+
+class CompletionNotReplicatedError(ReplicationError):
+    """The effect applied, but too few replicas acknowledged its record.
+
+    Not a :class:`StoreError`: the effect DID apply, and ``result`` holds what it
+    returned. The record is on the primary. If the primary fails over before a
+    replica has it, the promoted replica still holds the claim (which was
+    replicated, or the effect would not have run): the next call waits for its
+    lease, then gets :class:`OutcomeUnknown`, not a silent repeat.
+
+    Attributes:
+        name: the effect name (set when raised by an effect call).
+        result: what the function returned (set when raised by an effect call).
+    """
+
+    def __init__(
+        self, key: str, *, acknowledged: int, required: int, name: str = "", result: Any = None
+    ) -> None:
+        self.name = name
+        self.result = result
+        what = f"effect {name}" if name else "the effect"
+        super().__init__(
+            key,
+            f"{what} applied, but its record may be lost on failover: too few replicas acknowledged it",
+            acknowledged=acknowledged,
+            required=required,
         )
 
 

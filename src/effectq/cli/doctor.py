@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import os
 from collections import Counter
 from dataclasses import asdict
 from typing import Any
 
 from ..doctor import Level, diagnose
 from .output import safe_url
-from .session import Exit, Session
+from .session import CommandError, Exit, Session
 
 __all__ = ["register"]
 
@@ -24,13 +25,29 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
         description="Check the Redis effectq points at: eviction policy, memory, persistence, replicas, "
         "scripts, clock, and what is in doubt in the namespace. Exit 1 when a check fails.",
     )
+    doctor.add_argument(
+        "--wait-replicas",
+        type=int,
+        default=None,
+        metavar="N",
+        help="the wait_replicas your stores use: every primary must have N replicas "
+        "(default: EFFECTQ_WAIT_REPLICAS, else 0)",
+    )
     doctor.set_defaults(handler=run_doctor)
+
+
+def _wait_replicas(session: Session) -> int:
+    given = session.args.wait_replicas
+    text = str(given) if given is not None else os.environ.get("EFFECTQ_WAIT_REPLICAS") or "0"
+    if not text.isdigit():
+        raise CommandError(f"--wait-replicas must be a whole number of replicas, not {text!r}", Exit.USAGE)
+    return int(text)
 
 
 def run_doctor(session: Session) -> Exit:
     store = session.store()
     store.client.ping()  # unreachable: exit 4, like every command
-    findings = diagnose(store)
+    findings = diagnose(store, wait_replicas=_wait_replicas(session))
     levels = Counter(f.level for f in findings)
     code = Exit.FAILED if levels[Level.FAIL] else Exit.OK
     if session.json:

@@ -9,30 +9,40 @@ so a namespace spreads over 256 hash slots and every script touches one::
     effectq:{ns:bb}:open       zset: pending/dispatched records by lease end
     effectq:{ns:bb}:doubt      zset: unknown records by when they became unknown
     effectq:{ns}:notify        pub/sub channel: a record left flight (only when waited on)
+    effectq:{ns:bb}:notify     the same, one sharded channel per bucket, on Redis Cluster
 
 The scripts live in ``lua/`` (one file per operation, each opening with its
 contract) and are registered per store instance; redis-py's ``Script`` reloads
-them after a ``SCRIPT FLUSH`` or a failover.
+them after a ``SCRIPT FLUSH`` or a failover. Because every script touches one
+slot, the same scripts run on Redis Cluster (``redis.cluster.RedisCluster``),
+which routes each call to its slot's primary and follows ``MOVED``/``ASK``.
 """
 
 from __future__ import annotations
 
-import contextlib
 import inspect
 import logging
-import os
-import threading
-import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
-from ..errors import ConfigurationError, CorruptRecordError, ResolveRefusedError, StoreError
+from ..errors import (
+    ClaimNotReplicatedError,
+    CompletionNotReplicatedError,
+    ConfigurationError,
+    CorruptRecordError,
+    ResolveRefusedError,
+    StoreError,
+)
 from ..keys import check_namespace, key_digest, split_default_key
+from ..options import Duration, seconds
 from .base import Claim, ClaimKind, ClaimRequest, Record, ResultState, Status, Unsubscribe
+from .cluster import check_cluster, cluster_from_url, is_cluster, is_cluster_url
+from .notify import Notifier
 from .redis_ops import RedisOperations
+from .replicas import run_and_wait
 
 try:
     from redis.exceptions import NoScriptError as _NoScriptError
@@ -103,15 +113,35 @@ class RedisStore(RedisOperations):
     purge: :class:`~effectq.store.operators.OperatorStore`), in :mod:`.redis_ops`.
 
     Args:
-        client: a ready ``redis.Redis`` (or compatible) client.
+        client: a ready ``redis.Redis`` (or compatible) client, or a
+            ``redis.cluster.RedisCluster`` (Redis 7.0+).
         namespace: isolates tenants; one namespace never sees another's records.
         prefix: first segment of every Redis key.
+        wait_replicas: after a claim that runs the function, and after a
+            completion, wait until this many replicas acknowledged the write
+            (``WAIT``, pipelined with the script: no extra round trip). Fewer
+            within ``replica_timeout`` raises
+            :class:`~effectq.errors.ClaimNotReplicatedError` (the function does
+            not run) or :class:`~effectq.errors.CompletionNotReplicatedError`
+            (it ran; its record may be lost on failover). 0, the default, waits
+            for nothing. See ``docs/deployment.md``.
+        replica_timeout: how long to wait for the replicas (below the socket timeout).
 
     Example:
         >>> store = RedisStore.from_url("redis://127.0.0.1:6379/0", namespace="shop")
+        >>> store = RedisStore.from_url("redis+cluster://10.0.0.1:6379,10.0.0.2:6379", namespace="shop")
+        >>> store = RedisStore.from_url("redis://primary:6379/0", wait_replicas=1, replica_timeout=0.5)
     """
 
-    def __init__(self, client: _redis.Redis, *, namespace: str = "default", prefix: str = "effectq") -> None:
+    def __init__(
+        self,
+        client: _redis.Redis | _redis.RedisCluster,
+        *,
+        namespace: str = "default",
+        prefix: str = "effectq",
+        wait_replicas: int = 0,
+        replica_timeout: Duration = 1.0,
+    ) -> None:
         options: dict[str, Any] = getattr(client, "get_connection_kwargs", dict)()
         if options.get("decode_responses"):
             raise ConfigurationError(
@@ -120,25 +150,59 @@ class RedisStore(RedisOperations):
         self._client = client
         self._namespace = check_namespace(namespace)
         self._prefix = check_namespace(prefix)
-        self._channel = f"{self._prefix}:{{{self._namespace}}}:notify"
+        self._wait_replicas = _replica_count(wait_replicas)
+        self._replica_timeout_ms = max(1, round(seconds(replica_timeout, option="replica_timeout") * 1000))
+        self._sharded = is_cluster(client)
+        if self._sharded:
+            check_cluster(client)
+        self._publish = "s" if self._sharded else ""
         self._scripts = {name: client.register_script(_lua(name)) for name in _SCRIPTS}
         self._pool, self._pool_args = _lean_pool(client)
-        self._notifier = _Notifier(self)
+        if self._sharded:
+            channels = [f"{self._tag(f'{b:02x}')}:notify" for b in range(256)]
+        else:
+            channels = [f"{self._prefix}:{{{self._namespace}}}:notify"]
+        self._notifier = Notifier(client, channels, sharded=self._sharded)
         self._layouts: dict[str, _Layout] = {}
 
     @classmethod
     def from_url(
-        cls, url: str, *, namespace: str = "default", prefix: str = "effectq", **kwargs: Any
+        cls,
+        url: str,
+        *,
+        namespace: str = "default",
+        prefix: str = "effectq",
+        wait_replicas: int = 0,
+        replica_timeout: Duration = 1.0,
+        **kwargs: Any,
     ) -> RedisStore:
-        """Build a store from a ``redis://`` URL.
+        """Build a store from a ``redis://``, ``rediss://`` or ``unix://`` URL, or a cluster URL.
 
-        Socket timeouts default to 5 seconds, so a Redis that stops answering
-        becomes a :class:`~effectq.errors.StoreError` instead of a hang.
-        Other keyword arguments go to ``redis.Redis.from_url``.
+        ``redis+cluster://[user:password@]host:port[,host:port...][?option=value]``
+        (``rediss+cluster://`` for TLS) connects to Redis Cluster: the hosts are
+        seed nodes, the client finds the others. Socket timeouts default to 5
+        seconds, so a Redis that stops answering becomes a
+        :class:`~effectq.errors.StoreError` instead of a hang. Other keyword
+        arguments go to ``redis.Redis.from_url`` (or ``redis.cluster.RedisCluster``).
         """
         redis = _import_redis()
         options = {**_DEFAULT_TIMEOUTS, **kwargs}
-        return cls(redis.Redis.from_url(url, **options), namespace=namespace, prefix=prefix)
+        wait = seconds(replica_timeout, option="replica_timeout")
+        if wait_replicas and options.get("socket_timeout") and wait >= options["socket_timeout"]:
+            raise ConfigurationError(
+                f"replica_timeout ({wait}s) must be below socket_timeout ({options['socket_timeout']}s), "
+                f"or the socket gives up before WAIT answers"
+            )
+        client = (
+            cluster_from_url(url, **options) if is_cluster_url(url) else redis.Redis.from_url(url, **options)
+        )
+        return cls(
+            client,
+            namespace=namespace,
+            prefix=prefix,
+            wait_replicas=wait_replicas,
+            replica_timeout=replica_timeout,
+        )
 
     @classmethod
     def embedded(cls, *, namespace: str = "default", server: Any = None) -> RedisStore:
@@ -164,9 +228,19 @@ class RedisStore(RedisOperations):
         return self._namespace
 
     @property
-    def client(self) -> _redis.Redis:
+    def client(self) -> _redis.Redis | _redis.RedisCluster:
         """The redis client this store talks through."""
         return self._client
+
+    @property
+    def clustered(self) -> bool:
+        """Whether the client is a Redis Cluster client."""
+        return self._sharded
+
+    @property
+    def wait_replicas(self) -> int:
+        """How many replicas must acknowledge a claim and a completion (0: none)."""
+        return self._wait_replicas
 
     # -- layout -------------------------------------------------------------------------
 
@@ -211,6 +285,12 @@ class RedisStore(RedisOperations):
         tag = self._tag(run_digest)
         return f"{tag}:run:{run_digest[2:34]}", tag
 
+    def _channel(self, record_key: str) -> str:
+        """Where a record's notifications go: the namespace's channel, or on Cluster its bucket's."""
+        if self._sharded:
+            return record_key.rsplit(":", 1)[0] + ":notify"
+        return f"{self._prefix}:{{{self._namespace}}}:notify"
+
     def bucket_keys(self) -> Iterator[tuple[str, str]]:
         """Every (open index, doubt index) pair of this namespace, one per bucket."""
         for b in range(256):
@@ -252,6 +332,31 @@ class RedisStore(RedisOperations):
         finally:
             pool.release(conn)
 
+    def _run_replicated(self, name: str, key: str, keys: list[str], args: list[Any]) -> tuple[Any, int]:
+        """A script whose write a failover must not lose: (reply, replicas that acknowledged).
+
+        Without ``wait_replicas`` it is a plain call and reports 0 acknowledgements, all it asked for.
+        """
+        if not self._wait_replicas:
+            return self._run(name, key, keys, args), 0
+        try:
+            return run_and_wait(
+                self._client,
+                self._scripts[name],
+                keys,
+                args,
+                replicas=self._wait_replicas,
+                timeout_ms=self._replica_timeout_ms,
+                cluster=self._sharded,
+            )
+        except StoreError:
+            raise
+        except Exception as exc:
+            raise self._failure(name, key, exc) from exc
+
+    def _short(self, acknowledged: int) -> bool:
+        return acknowledged < self._wait_replicas
+
     def _failure(self, op: str, key: str, exc: BaseException) -> StoreError:
         text = str(exc)
         if "WRONGTYPE" in text:
@@ -268,7 +373,7 @@ class RedisStore(RedisOperations):
             + ("i" if request.prefetch else "")
         )
         layout = self._layout_of(key)
-        reply = self._run(
+        reply, acknowledged = self._run_replicated(
             "claim",
             key,
             layout.keys if layout.run_index is None else [*layout.keys, layout.run_index],
@@ -283,7 +388,12 @@ class RedisStore(RedisOperations):
                 request.retention_ms,
             ],
         )
-        return self._decode_claim(key, reply)
+        claim = self._decode_claim(key, reply)
+        if claim.kind is ClaimKind.CLAIMED and self._short(acknowledged):
+            raise ClaimNotReplicatedError(
+                key, claim=claim, acknowledged=acknowledged, required=self._wait_replicas
+            )
+        return claim
 
     def _decode_claim(self, key: str, reply: Any) -> Claim:
         """The one place claim replies are read (their layouts are in claim.lua)."""
@@ -352,12 +462,22 @@ class RedisStore(RedisOperations):
         payload = result if result_state is ResultState.STORED and result is not None else b""
         layout = self._layout_of(key)
         keys = layout.keys if layout.run_index is None else [*layout.keys, layout.run_index]
-        reply = self._run(
+        reply, acknowledged = self._run_replicated(
             "complete",
             key,
             keys,
-            [token, payload, result_state.value, retention_ms, self._channel, layout.digest],
+            [
+                token,
+                payload,
+                result_state.value,
+                retention_ms,
+                self._channel(keys[0]),
+                layout.digest,
+                self._publish,
+            ],
         )
+        if reply and self._short(acknowledged):
+            raise CompletionNotReplicatedError(key, acknowledged=acknowledged, required=self._wait_replicas)
         return bool(reply)
 
     def prefetch(self, run_id: str, hint: Any = None) -> _Prefetched:
@@ -385,13 +505,27 @@ class RedisStore(RedisOperations):
 
     def release(self, key: str, token: int, *, error: str, retention_ms: int) -> bool:
         keys = self._keys(key)
-        return bool(self._run("release", key, keys[:2], [token, error, retention_ms, self._channel]))
+        return bool(
+            self._run(
+                "release", key, keys[:2], [token, error, retention_ms, self._channel(keys[0]), self._publish]
+            )
+        )
 
     def mark_unknown(self, key: str, token: int, *, error: str) -> bool:
-        return bool(self._run("mark_unknown", key, self._keys(key), [token, error, self._channel]))
+        keys = self._keys(key)
+        return bool(
+            self._run("mark_unknown", key, keys, [token, error, self._channel(keys[0]), self._publish])
+        )
 
     def dispatch(self, key: str, token: int, *, lease_ms: int) -> int:
-        return int(self._run("dispatch", key, self._keys(key), [token, lease_ms]))
+        reply, acknowledged = self._run_replicated("dispatch", key, self._keys(key), [token, lease_ms])
+        attempt = int(reply)
+        if attempt and self._short(acknowledged):
+            claim = Claim(ClaimKind.CLAIMED, token=token, attempt=attempt, status=Status.DISPATCHED)
+            raise ClaimNotReplicatedError(
+                key, claim=claim, acknowledged=acknowledged, required=self._wait_replicas
+            )
+        return attempt
 
     def renew(self, key: str, token: int, *, lease_ms: int) -> bool:
         keys = self._keys(key)
@@ -408,17 +542,19 @@ class RedisStore(RedisOperations):
         retention_ms: int,
     ) -> Record:
         payload = result if result is not None and result_state is ResultState.STORED else b""
+        keys = self._keys(key)
         ok, status = self._run(
             "resolve",
             key,
-            self._keys(key),
+            keys,
             [
                 "applied" if applied else "not_applied",
                 payload,
                 result_state.value,
                 note,
                 retention_ms,
-                self._channel,
+                self._channel(keys[0]),
+                self._publish,
             ],
         )
         if int(ok) < 0:
@@ -577,6 +713,12 @@ def _packed_claim(packed: bytes) -> Claim | None:
         return None
 
 
+def _replica_count(value: Any) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ConfigurationError(f"wait_replicas must be a whole number of replicas (0: none), not {value!r}")
+    return value
+
+
 def _refusal(status: Status | None) -> str:
     if status is Status.COMPLETED:
         return "it is completed; a completed effect is never re-run or rewritten"
@@ -611,92 +753,3 @@ def _import_redis() -> Any:
     except ImportError as exc:  # pragma: no cover - depends on the environment
         raise ImportError("the Redis store needs redis-py: pip install 'effectq[redis]'") from exc
     return redis
-
-
-class _Notifier:
-    """One pub/sub subscription per store, shared by every waiter in the process.
-
-    Scripts publish a record key on the namespace channel when a record that
-    somebody waited on leaves flight. The listener thread starts on the first
-    ``watch`` and calls the callbacks registered for that record key.
-    """
-
-    def __init__(self, store: RedisStore) -> None:
-        self._store = store
-        self._lock = threading.Lock()
-        self._callbacks: dict[bytes, list[Callable[[], None]]] = {}
-        self._thread: threading.Thread | None = None
-        self._pubsub: Any = None
-        self._pid = os.getpid()
-        self._closed = False
-
-    def watch(self, record_key: str, callback: Callable[[], None]) -> Unsubscribe:
-        name = record_key.encode()
-        with self._lock:
-            self._ensure_listening()
-            self._callbacks.setdefault(name, []).append(callback)
-
-        def unsubscribe() -> None:
-            with self._lock:
-                found = self._callbacks.get(name)
-                if found and callback in found:
-                    found.remove(callback)
-                    if not found:
-                        del self._callbacks[name]
-
-        return unsubscribe
-
-    def _ensure_listening(self) -> None:
-        if self._pid != os.getpid():  # forked: the parent's thread and socket are not ours
-            self._thread, self._pubsub, self._pid = None, None, os.getpid()
-            self._callbacks.clear()
-        if self._thread is not None and self._thread.is_alive():
-            return
-        pubsub = self._store.client.pubsub(ignore_subscribe_messages=False)  # type: ignore[no-untyped-call]
-        try:
-            pubsub.subscribe(self._store._channel)
-            confirmed = pubsub.get_message(timeout=5.0)
-        except Exception as exc:
-            pubsub.close()
-            raise StoreError(f"effectq could not subscribe to {self._store._channel}: {exc}") from exc
-        if not confirmed or confirmed.get("type") != "subscribe":  # pragma: no cover - defensive
-            log.warning(
-                "effectq: no subscribe confirmation on %s; waiters fall back to polling", self._store._channel
-            )
-        self._pubsub = pubsub
-        self._thread = threading.Thread(
-            target=self._listen, args=(pubsub,), name="effectq-notify", daemon=True
-        )
-        self._thread.start()
-
-    def _listen(self, pubsub: Any) -> None:
-        """Dispatch notifications until closed; this thread alone reads, and closes, ``pubsub``."""
-        try:
-            while not self._closed and pubsub is self._pubsub:
-                try:
-                    message = pubsub.get_message(timeout=0.5)
-                except Exception as exc:  # connection lost: waiters poll meanwhile
-                    if self._closed:
-                        break
-                    log.warning("effectq: notification listener lost its connection (%s); retrying", exc)
-                    time.sleep(0.5)
-                    with contextlib.suppress(Exception):  # the next loop retries
-                        pubsub.subscribe(self._store._channel)
-                    continue
-                if not message or message.get("type") != "message":
-                    continue
-                with self._lock:
-                    callbacks = list(self._callbacks.get(message["data"], ()))
-                for callback in callbacks:
-                    try:
-                        callback()
-                    except Exception:  # pragma: no cover - callbacks only set events
-                        log.exception("effectq: a waiter callback failed")
-        finally:
-            with contextlib.suppress(Exception):  # closing a dead connection
-                pubsub.close()
-
-    def close(self) -> None:
-        """Stop listening; the listener thread closes its connection within half a second."""
-        self._closed = True
-        self._pubsub = None

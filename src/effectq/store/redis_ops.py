@@ -69,6 +69,9 @@ class _Host(Protocol):
     def _per_bucket(self, queue: Callable[[Any, str, str], None]) -> list[list[Any]]: ...
 
     def _fetch(self, record_keys: Iterable[str]) -> Iterator[Record]: ...
+    def _read_batch(self, script: Any, batch: list[str]) -> list[Any]: ...
+    @property
+    def clustered(self) -> bool: ...
 
 
 def _ms(when: datetime) -> int:
@@ -131,12 +134,8 @@ class RedisOperations:
                     continue
             if not batch:
                 break
-            pipe = self.client.pipeline(transaction=False)
-            for name in batch:
-                script(keys=[name], args=[], client=pipe)
-                pipe.zscore(_indexes(name)[1], name)
             try:
-                replies = pipe.execute()
+                replies = self._read_batch(script, batch)
             except Exception as exc:
                 raise _failure("fetch", exc) from exc
             for i, name in enumerate(batch):
@@ -150,6 +149,33 @@ class RedisOperations:
                     since = _when(score) if record.status is Status.UNKNOWN else None
                     yield replace(record, ref=name, unknown_since=since)
             batch = []
+
+    def _read_batch(self: _Host, script: Any, batch: list[str]) -> list[Any]:
+        """read.lua and the doubt score of each record, in one pipeline.
+
+        redis-py's cluster pipeline refuses ``evalsha()`` but routes the raw command
+        by its key; it does not load a missing script either, so a NOSCRIPT loads it
+        (on every primary) and the batch runs again.
+        """
+        from redis.exceptions import NoScriptError
+
+        for attempt in (1, 2):
+            pipe = self.client.pipeline(transaction=False)
+            for name in batch:
+                if self.clustered:
+                    pipe.execute_command("EVALSHA", script.sha, 1, name)
+                else:
+                    script(keys=[name], args=[], client=pipe)
+                pipe.zscore(_indexes(name)[1], name)
+            replies: list[Any] = pipe.execute(raise_on_error=False)
+            errors = [reply for reply in replies if isinstance(reply, Exception)]
+            if errors and attempt == 1 and all(isinstance(error, NoScriptError) for error in errors):
+                self.client.script_load(script.script)
+                continue
+            if errors:
+                raise errors[0]
+            break
+        return replies
 
     def in_doubt(self: _Host, *, limit: int | None = None) -> Iterator[Record]:
         now = self.clock()

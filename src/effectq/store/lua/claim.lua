@@ -27,6 +27,9 @@ Reply, by its first element:
    5 RECONCILE  {5, token, attempt, status, error}  the caller holds a lease to ask the remote
                 system (status p: nothing ran yet; u: the outcome is unknown)
   -1 CORRUPT    {-1, what was found}
+
+A retried claim of the same owner (and a retried complete or dispatch of the same token) writes:
+a WAIT that follows the retry then covers the first try's write as well.
 ]]
 local rec = KEYS[1]
 local r = redis.pcall('HMGET', rec, 's', 't', 'a', 'x', 'o', 'i', 'e')
@@ -97,7 +100,8 @@ if s ~= 'p' and s ~= 'd' and s ~= 'u' then
   return {-1, 'status ' .. s}
 end
 if x > 0 and own == owner then
-  -- a retried claim of our own: the same grant again
+  -- a retried claim of our own: the same grant again (written, so a WAIT after it covers the first)
+  redis.call('HSET', rec, 'm', now)
   if s == 'd' then return {1, tok, att, s, err} end
   return {5, tok, att, s, err}
 end

@@ -17,6 +17,7 @@ ARGV[3] result state: "" stored, "too_large", "unserialisable"
 ARGV[4] retention, ms
 ARGV[5] notification channel
 ARGV[6] the record's 16-byte digest, appended to the run's index
+ARGV[7] "s": the channel is sharded (SPUBLISH, Redis Cluster)
 
 Reply: 1 recorded (or already recorded by this token); 0 lost: the token no longer holds it.
 ]]
@@ -25,8 +26,9 @@ local r = redis.pcall('HMGET', rec, 's', 't', 'w', 'a', 'n', 'u', 'k', 'i')
 if r['err'] then
   -- Not a hash: completed already (a packed string), by this token or not.
   local packed = redis.pcall('GET', rec)
-  if type(packed) == 'string' and string.match(packed, '^c1\n(%d+)\n') == ARGV[1] then return 1 end
-  return 0
+  if type(packed) ~= 'string' or string.match(packed, '^c1\n(%d+)\n') ~= ARGV[1] then return 0 end
+  redis.call('SET', rec, packed, 'KEEPTTL') -- a retry: written, so a WAIT after it covers the first try
+  return 1
 end
 local s = r[1]
 if not s or r[2] ~= ARGV[1] then return 0 end
@@ -48,5 +50,7 @@ if KEYS[4] and redis.call('APPEND', KEYS[4], ARGV[6]) == #ARGV[6] then
 end
 redis.call('ZREM', KEYS[2], rec)
 if s == 'u' then redis.call('ZREM', KEYS[3], rec) end
-if r[3] then redis.call('PUBLISH', ARGV[5], rec) end
+if r[3] then
+  if ARGV[7] == 's' then redis.call('SPUBLISH', ARGV[5], rec) else redis.call('PUBLISH', ARGV[5], rec) end
+end
 return 1

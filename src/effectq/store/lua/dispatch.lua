@@ -14,11 +14,14 @@ if r['err'] then return 0 end -- completed (a packed string): nothing to change
 local s = r[1]
 if not s or r[2] ~= ARGV[1] then return 0 end
 local att = tonumber(r[3]) or 0
-if s == 'd' then return att end
-if s ~= 'p' and s ~= 'u' then return 0 end
-if s == 'u' and (tonumber(r[4]) or 0) == 0 then return 0 end
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+if s == 'd' then
+  redis.call('HSET', rec, 'm', now) -- a retry: written, so a WAIT after it covers the first try
+  return att
+end
+if s ~= 'p' and s ~= 'u' then return 0 end
+if s == 'u' and (tonumber(r[4]) or 0) == 0 then return 0 end
 local lease_end = now + tonumber(ARGV[2])
 redis.call('HSET', rec, 's', 'd', 'a', att + 1, 'x', lease_end, 'm', now)
 redis.call('PERSIST', rec)

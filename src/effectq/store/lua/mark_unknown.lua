@@ -4,6 +4,7 @@ DISPATCHED -> UNKNOWN, which never expires and is never replayed silently.
 
 KEYS[1] the record   KEYS[2] the open index   KEYS[3] the doubt index
 ARGV[1] token   ARGV[2] error (why)   ARGV[3] notification channel
+ARGV[4] "s": the channel is sharded (SPUBLISH, Redis Cluster)
 
 Reply: 1 done (or already unknown under this token); 0 lost.
 ]]
@@ -21,5 +22,7 @@ redis.call('HDEL', rec, 'w')
 redis.call('PERSIST', rec)
 redis.call('ZREM', KEYS[2], rec)
 redis.call('ZADD', KEYS[3], now, rec)
-if r[3] then redis.call('PUBLISH', ARGV[3], rec) end
+if r[3] then
+  if ARGV[4] == 's' then redis.call('SPUBLISH', ARGV[3], rec) else redis.call('PUBLISH', ARGV[3], rec) end
+end
 return 1

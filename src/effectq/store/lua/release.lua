@@ -5,6 +5,7 @@ UNKNOWN held for a reconcile -> stays UNKNOWN, the reconcile lease is given back
 
 KEYS[1] the record   KEYS[2] the open index
 ARGV[1] token   ARGV[2] error (why)   ARGV[3] retention, ms   ARGV[4] notification channel
+ARGV[5] "s": the channel is sharded (SPUBLISH, Redis Cluster)
 
 Reply: 1 done; 0 lost: the token no longer holds it.
 ]]
@@ -26,5 +27,7 @@ elseif s == 'u' then
 else
   return 0
 end
-if r[3] then redis.call('PUBLISH', ARGV[4], rec) end
+if r[3] then
+  if ARGV[5] == 's' then redis.call('SPUBLISH', ARGV[4], rec) else redis.call('PUBLISH', ARGV[4], rec) end
+end
 return 1

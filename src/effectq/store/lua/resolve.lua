@@ -7,6 +7,7 @@ KEYS[1] the record   KEYS[2] the open index   KEYS[3] the doubt index
 ARGV[1] "applied" or "not_applied"
 ARGV[2] result bytes (applied)   ARGV[3] result state ("" stored)
 ARGV[4] note (who and why)       ARGV[5] retention, ms   ARGV[6] notification channel
+ARGV[7] "s": the channel is sharded (SPUBLISH, Redis Cluster)
 
 Reply: {1, status} settled; {0, status} refused ("" when there is no record;
 "d" means in flight with a live lease); {-1, type} the key holds something effectq did not write.
@@ -37,7 +38,9 @@ else
 end
 redis.call('ZREM', KEYS[2], rec)
 redis.call('ZREM', KEYS[3], rec)
-if r[4] then redis.call('PUBLISH', ARGV[6], rec) end
+if r[4] then
+  if ARGV[7] == 's' then redis.call('SPUBLISH', ARGV[6], rec) else redis.call('PUBLISH', ARGV[6], rec) end
+end
 local out = 'c'
 if ARGV[1] ~= 'applied' then out = 'r' end
 return {1, out}
