@@ -331,6 +331,8 @@ class MemoryStore:
             row.error = note
             if applied:
                 row.status = Status.COMPLETED
+                if result is None and result_state is ResultState.STORED:
+                    result_state = ResultState.RESOLVED_WITHOUT_RESULT  # nothing to replay: say so
                 row.result = result if result_state is ResultState.STORED else None
                 row.result_state = result_state
             else:

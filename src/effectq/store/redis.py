@@ -541,6 +541,8 @@ class RedisStore(RedisOperations):
         note: str = "",
         retention_ms: int,
     ) -> Record:
+        if applied and result is None and result_state is ResultState.STORED:
+            result_state = ResultState.RESOLVED_WITHOUT_RESULT  # nothing to replay: say so
         payload = result if result is not None and result_state is ResultState.STORED else b""
         keys = self._keys(key)
         ok, status = self._run(

@@ -343,6 +343,15 @@ class StoreContract:
         assert again.result_state is ResultState.RESOLVED_WITHOUT_RESULT
         assert not again.result
 
+    def test_resolve_applied_without_a_result_says_so(self, store: Store, key: str) -> None:
+        """Settled as applied with no result given: a replay is told there is none to return."""
+        claim = store.claim(key, _request())
+        store.mark_unknown(key, claim.token, error="x")
+        store.resolve(key, applied=True, retention_ms=RETENTION_MS)
+        again = store.claim(key, _request())
+        assert again.kind is ClaimKind.COMPLETED
+        assert again.result_state is ResultState.RESOLVED_WITHOUT_RESULT
+
     def test_resolve_not_applied(self, store: Store, key: str) -> None:
         """Settled as not applied, the next call applies the effect."""
         claim = store.claim(key, _request())
