@@ -24,7 +24,6 @@ import inspect
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
-from datetime import UTC, datetime
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
@@ -42,6 +41,7 @@ from .base import Claim, ClaimKind, ClaimRequest, Record, ResultState, Status, U
 from .cluster import check_cluster, cluster_from_url, is_cluster, is_cluster_url
 from .notify import Notifier
 from .redis_ops import RedisOperations
+from .redis_replies import STATUS, decode_claim, decode_read, packed_claim, text, when
 from .replicas import run_and_wait
 
 try:
@@ -59,51 +59,12 @@ __all__ = ["RedisStore"]
 
 log = logging.getLogger("effectq.store")
 
-_CODES = {
-    1: ClaimKind.CLAIMED,
-    2: ClaimKind.COMPLETED,
-    3: ClaimKind.IN_FLIGHT,
-    4: ClaimKind.UNKNOWN,
-    5: ClaimKind.RECONCILE,
-}
-_STATUS = {
-    b"p": Status.PENDING,
-    b"d": Status.DISPATCHED,
-    b"c": Status.COMPLETED,
-    b"r": Status.RELEASED,
-    b"u": Status.UNKNOWN,
-}
-_RESULT_STATES = {state.value.encode(): state for state in ResultState}
 _SCRIPTS = ("claim", "complete", "release", "mark_unknown", "dispatch", "renew", "resolve", "read", "purge")
 _DEFAULT_TIMEOUTS = {"socket_timeout": 5.0, "socket_connect_timeout": 5.0}
 
 
 def _lua(name: str) -> str:
     return resources.files(__package__).joinpath("lua", f"{name}.lua").read_text("utf-8")
-
-
-def _text(value: Any) -> str:
-    if value is None:
-        return ""
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
-
-
-def _int(value: Any) -> int:
-    try:
-        return int(value or 0)
-    except (TypeError, ValueError):
-        return 0
-
-
-def _expiry(pttl: int) -> datetime | None:
-    if pttl <= 0:
-        return None
-    return datetime.fromtimestamp(datetime.now(UTC).timestamp() + pttl / 1000, UTC)
-
-
-def _when(ms: Any) -> datetime | None:
-    value = _int(ms)
-    return datetime.fromtimestamp(value / 1000, UTC) if value else None
 
 
 class RedisStore(RedisOperations):
@@ -388,67 +349,12 @@ class RedisStore(RedisOperations):
                 request.retention_ms,
             ],
         )
-        claim = self._decode_claim(key, reply)
+        claim = decode_claim(key, reply)
         if claim.kind is ClaimKind.CLAIMED and self._short(acknowledged):
             raise ClaimNotReplicatedError(
                 key, claim=claim, acknowledged=acknowledged, required=self._wait_replicas
             )
         return claim
-
-    def _decode_claim(self, key: str, reply: Any) -> Claim:
-        """The one place claim replies are read (their layouts are in claim.lua)."""
-        try:
-            code = int(reply[0])
-            if code == 2:
-                state = _RESULT_STATES.get(reply[4])
-                if state is None:
-                    raise CorruptRecordError(key, f"result state {_text(reply[4])!r}")
-                hint = reply[6] if len(reply) > 6 else None
-                return Claim(
-                    ClaimKind.COMPLETED,
-                    token=int(reply[1]),
-                    attempt=int(reply[2]),
-                    status=Status.COMPLETED,
-                    result=reply[3] if state is ResultState.STORED else None,
-                    result_state=state,
-                    input_hash=_text(reply[5]),
-                    prefetch_hint=hint if isinstance(hint, bytes) else None,
-                )
-            if code in (1, 5):
-                return Claim(
-                    _CODES[code],
-                    token=int(reply[1]),
-                    attempt=int(reply[2]),
-                    status=_STATUS[reply[3]],
-                    error=_text(reply[4]),
-                )
-            if code == 3:
-                return Claim(
-                    ClaimKind.IN_FLIGHT,
-                    token=int(reply[1]),
-                    attempt=int(reply[2]),
-                    status=_STATUS[reply[3]],
-                    lease_ms=int(reply[4]),
-                    owner=_text(reply[5]),
-                )
-            if code == 4:
-                return Claim(
-                    ClaimKind.UNKNOWN,
-                    token=int(reply[1]),
-                    attempt=int(reply[2]),
-                    status=Status.UNKNOWN,
-                    error=_text(reply[3]),
-                    owner=_text(reply[4]),
-                    input_hash=_text(reply[5]),
-                )
-        except (TypeError, ValueError, IndexError, KeyError) as exc:
-            raise StoreError(f"effectq claim got an unexpected reply for key {key!r}: {reply!r}") from exc
-        what = _text(reply[1]) if code == -1 and len(reply) > 1 else f"reply code {code}"
-        if what == "packed":
-            raise CorruptRecordError(key, "a string that is not a packed completed record")
-        if what.startswith("status "):
-            raise CorruptRecordError(key, f"status {what[7:]!r}")
-        raise CorruptRecordError(key, f"the Redis key holds another type ({what})")
 
     def complete(
         self,
@@ -498,7 +404,7 @@ class RedisStore(RedisOperations):
             raise self._failure("prefetch", run_id, exc) from exc
         found: dict[str, Claim] = {}
         for record_key, value in zip(record_keys, values, strict=False):
-            claim = _packed_claim(value) if isinstance(value, bytes) else None
+            claim = packed_claim(value) if isinstance(value, bytes) else None
             if claim is not None:
                 found[record_key] = claim
         return _Prefetched(self, found)
@@ -560,9 +466,9 @@ class RedisStore(RedisOperations):
             ],
         )
         if int(ok) < 0:
-            raise CorruptRecordError(key, f"the Redis key holds {_text(status)}")
+            raise CorruptRecordError(key, f"the Redis key holds {text(status)}")
         if not int(ok):
-            found = _STATUS.get(status) if status else None
+            found = STATUS.get(status) if status else None
             raise ResolveRefusedError(key, found.value if found else None, _refusal(found))
         record = self.get(key)
         if record is None:  # pragma: no cover - deleted between the two calls
@@ -578,7 +484,7 @@ class RedisStore(RedisOperations):
         since = None
         if record.status is Status.UNKNOWN:
             try:
-                since = _when(self._client.zscore(doubt_key, record_key))
+                since = when(self._client.zscore(doubt_key, record_key))
             except Exception as exc:
                 raise self._failure("get", key, exc) from exc
         return replace(record, unknown_since=since, ref=record_key)
@@ -600,65 +506,7 @@ class RedisStore(RedisOperations):
         return [self._decode_read("", reply) for reply in replies]
 
     def _decode_read(self, key: str, reply: Any) -> Record | None:
-        kind, payload, pttl = reply
-        kind = _text(kind)
-        if kind == "none":
-            return None
-        if kind == "hash":
-            fields = dict(zip(payload[::2], payload[1::2], strict=True))
-            return self._decode_hash(key, fields, int(pttl))
-        if kind == "string":
-            return self._decode_packed(key, payload, int(pttl))
-        raise CorruptRecordError(key, f"the Redis key holds a {kind}")
-
-    def _decode_packed(self, key: str, packed: bytes, pttl: int) -> Record:
-        parts = packed.split(b"\n", 10)
-        if len(parts) != 11 or parts[0] != b"c1":
-            raise CorruptRecordError(key, "a string that is not a packed completed record")
-        _, token, attempt, state, done, name, run_id, form, ihash, note, result = parts
-        try:
-            result_state = ResultState(_text(state))
-        except ValueError:
-            raise CorruptRecordError(key, f"result state {_text(state)!r}") from None
-        text_form = _text(form)
-        if not key:
-            key = (
-                f"{_text(run_id)}:{_text(name)}:{text_form[1:]}…" if text_form.startswith(":") else text_form
-            )
-        return Record(
-            key=key,
-            status=Status.COMPLETED,
-            token=_int(token),
-            attempt=_int(attempt),
-            name=_text(name),
-            run_id=_text(run_id),
-            updated_at=_when(done),
-            error=_text(note),
-            result=result if result_state is ResultState.STORED else None,
-            result_state=result_state,
-            input_hash=_text(ihash),
-            expires_at=_expiry(pttl),
-        )
-
-    def _decode_hash(self, key: str, fields: dict[bytes, bytes], pttl: int) -> Record:
-        status = _STATUS.get(fields.get(b"s", b""))
-        if status is None or status is Status.COMPLETED:
-            raise CorruptRecordError(key, f"status {_text(fields.get(b's'))!r}")
-        return Record(
-            key=key or _text(fields.get(b"k")),
-            status=status,
-            token=_int(fields.get(b"t")),
-            attempt=_int(fields.get(b"a")),
-            name=_text(fields.get(b"n")),
-            run_id=_text(fields.get(b"u")),
-            owner=_text(fields.get(b"o")),
-            lease_expires_at=_when(fields.get(b"x")),
-            created_at=_when(fields.get(b"c")),
-            updated_at=_when(fields.get(b"m")),
-            error=_text(fields.get(b"e")),
-            input_hash=_text(fields.get(b"i")),
-            expires_at=_expiry(pttl),
-        )
+        return decode_read(key, reply)
 
     def watch(self, key: str, callback: Callable[[], None]) -> Unsubscribe:
         return self._notifier.watch(self.record_key(key), callback)
@@ -693,26 +541,6 @@ class _Prefetched:
 
     def get(self, key: str) -> Claim | None:
         return self._found.get(self._store.record_key(key))
-
-
-def _packed_claim(packed: bytes) -> Claim | None:
-    """A COMPLETED claim from a packed record (None if it is not one)."""
-    parts = packed.split(b"\n", 10)
-    if len(parts) != 11 or parts[0] != b"c1":
-        return None
-    try:
-        state = ResultState(parts[3].decode())
-        return Claim(
-            ClaimKind.COMPLETED,
-            token=int(parts[1]),
-            attempt=int(parts[2]),
-            status=Status.COMPLETED,
-            result=parts[10] if state is ResultState.STORED else None,
-            result_state=state,
-            input_hash=parts[8].decode(),
-        )
-    except ValueError:
-        return None
 
 
 def _replica_count(value: Any) -> int:

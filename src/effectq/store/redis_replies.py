@@ -1,0 +1,196 @@
+"""Replies of the Redis scripts, read in one place.
+
+Every reply layout is documented at the top of its Lua script; an unknown
+reply code or a record effectq did not write is an error, never a guess.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from ..errors import CorruptRecordError, StoreError
+from .base import Claim, ClaimKind, Record, ResultState, Status
+
+__all__ = ["STATUS", "decode_claim", "decode_hash", "decode_packed", "decode_read", "packed_claim", "text", "when"]
+
+CODES = {
+    1: ClaimKind.CLAIMED,
+    2: ClaimKind.COMPLETED,
+    3: ClaimKind.IN_FLIGHT,
+    4: ClaimKind.UNKNOWN,
+    5: ClaimKind.RECONCILE,
+}
+STATUS = {
+    b"p": Status.PENDING,
+    b"d": Status.DISPATCHED,
+    b"c": Status.COMPLETED,
+    b"r": Status.RELEASED,
+    b"u": Status.UNKNOWN,
+}
+RESULT_STATES = {state.value.encode(): state for state in ResultState}
+
+
+def text(value: Any) -> str:
+    if value is None:
+        return ""
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+def _int(value: Any) -> int:
+    try:
+        return int(value or 0)
+    except (TypeError, ValueError):
+        return 0
+
+
+def _expiry(pttl: int) -> datetime | None:
+    if pttl <= 0:
+        return None
+    return datetime.fromtimestamp(datetime.now(UTC).timestamp() + pttl / 1000, UTC)
+
+
+def when(ms: Any) -> datetime | None:
+    value = _int(ms)
+    return datetime.fromtimestamp(value / 1000, UTC) if value else None
+
+
+def decode_claim(key: str, reply: Any) -> Claim:
+    """The one place claim replies are read (their layouts are in claim.lua)."""
+    try:
+        code = int(reply[0])
+        if code == 2:
+            state = RESULT_STATES.get(reply[4])
+            if state is None:
+                raise CorruptRecordError(key, f"result state {text(reply[4])!r}")
+            hint = reply[6] if len(reply) > 6 else None
+            return Claim(
+                ClaimKind.COMPLETED,
+                token=int(reply[1]),
+                attempt=int(reply[2]),
+                status=Status.COMPLETED,
+                result=reply[3] if state is ResultState.STORED else None,
+                result_state=state,
+                input_hash=text(reply[5]),
+                prefetch_hint=hint if isinstance(hint, bytes) else None,
+            )
+        if code in (1, 5):
+            return Claim(
+                CODES[code],
+                token=int(reply[1]),
+                attempt=int(reply[2]),
+                status=STATUS[reply[3]],
+                error=text(reply[4]),
+            )
+        if code == 3:
+            return Claim(
+                ClaimKind.IN_FLIGHT,
+                token=int(reply[1]),
+                attempt=int(reply[2]),
+                status=STATUS[reply[3]],
+                lease_ms=int(reply[4]),
+                owner=text(reply[5]),
+            )
+        if code == 4:
+            return Claim(
+                ClaimKind.UNKNOWN,
+                token=int(reply[1]),
+                attempt=int(reply[2]),
+                status=Status.UNKNOWN,
+                error=text(reply[3]),
+                owner=text(reply[4]),
+                input_hash=text(reply[5]),
+            )
+    except (TypeError, ValueError, IndexError, KeyError) as exc:
+        raise StoreError(f"effectq claim got an unexpected reply for key {key!r}: {reply!r}") from exc
+    what = text(reply[1]) if code == -1 and len(reply) > 1 else f"reply code {code}"
+    if what == "packed":
+        raise CorruptRecordError(key, "a string that is not a packed completed record")
+    if what.startswith("status "):
+        raise CorruptRecordError(key, f"status {what[7:]!r}")
+    raise CorruptRecordError(key, f"the Redis key holds another type ({what})")
+
+
+def decode_read(key: str, reply: Any) -> Record | None:
+    """A record from read.lua's reply (a hash, a packed string, or nothing)."""
+    kind, payload, pttl = reply
+    kind = text(kind)
+    if kind == "none":
+        return None
+    if kind == "hash":
+        fields = dict(zip(payload[::2], payload[1::2], strict=True))
+        return decode_hash(key, fields, int(pttl))
+    if kind == "string":
+        return decode_packed(key, payload, int(pttl))
+    raise CorruptRecordError(key, f"the Redis key holds a {kind}")
+
+
+def decode_packed(key: str, packed: bytes, pttl: int) -> Record:
+    """A completed record from its packed string (complete.lua has the layout)."""
+    parts = packed.split(b"\n", 10)
+    if len(parts) != 11 or parts[0] != b"c1":
+        raise CorruptRecordError(key, "a string that is not a packed completed record")
+    _, token, attempt, state, done, name, run_id, form, ihash, note, result = parts
+    try:
+        result_state = ResultState(text(state))
+    except ValueError:
+        raise CorruptRecordError(key, f"result state {text(state)!r}") from None
+    text_form = text(form)
+    if not key:
+        key = f"{text(run_id)}:{text(name)}:{text_form[1:]}…" if text_form.startswith(":") else text_form
+    return Record(
+        key=key,
+        status=Status.COMPLETED,
+        token=_int(token),
+        attempt=_int(attempt),
+        name=text(name),
+        run_id=text(run_id),
+        updated_at=when(done),
+        error=text(note),
+        result=result if result_state is ResultState.STORED else None,
+        result_state=result_state,
+        input_hash=text(ihash),
+        expires_at=_expiry(pttl),
+    )
+
+
+def decode_hash(key: str, fields: dict[bytes, bytes], pttl: int) -> Record:
+    """A pending, dispatched, released or unknown record from its hash."""
+    status = STATUS.get(fields.get(b"s", b""))
+    if status is None or status is Status.COMPLETED:
+        raise CorruptRecordError(key, f"status {text(fields.get(b's'))!r}")
+    return Record(
+        key=key or text(fields.get(b"k")),
+        status=status,
+        token=_int(fields.get(b"t")),
+        attempt=_int(fields.get(b"a")),
+        name=text(fields.get(b"n")),
+        run_id=text(fields.get(b"u")),
+        owner=text(fields.get(b"o")),
+        lease_expires_at=when(fields.get(b"x")),
+        created_at=when(fields.get(b"c")),
+        updated_at=when(fields.get(b"m")),
+        error=text(fields.get(b"e")),
+        input_hash=text(fields.get(b"i")),
+        expires_at=_expiry(pttl),
+    )
+
+
+def packed_claim(packed: bytes) -> Claim | None:
+    """A COMPLETED claim from a packed record (None if it is not one)."""
+    parts = packed.split(b"\n", 10)
+    if len(parts) != 11 or parts[0] != b"c1":
+        return None
+    try:
+        state = ResultState(parts[3].decode())
+        return Claim(
+            ClaimKind.COMPLETED,
+            token=int(parts[1]),
+            attempt=int(parts[2]),
+            status=Status.COMPLETED,
+            result=parts[10] if state is ResultState.STORED else None,
+            result_state=state,
+            input_hash=parts[8].decode(),
+        )
+    except ValueError:
+        return None
