@@ -18,7 +18,8 @@ import json
 import os
 import time
 from collections import Counter
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = ["Application", "Fenced", "Ledger"]
@@ -152,6 +153,11 @@ class Ledger:
             self._events, json.dumps({"kind": kind, "pid": os.getpid(), "at": time.time(), **fields})
         )
 
+    def events_since(self, index: int) -> tuple[list[dict[str, Any]], int]:
+        """Events recorded from position ``index`` on, and the position after them (for polling)."""
+        found = [json.loads(raw) for raw in self.client.lrange(self._events, index, -1)]
+        return found, index + len(found)
+
     def events(self, kind: str | None = None) -> list[dict[str, Any]]:
         """Every event recorded, oldest first (only ``kind`` when given)."""
         found = [json.loads(raw) for raw in self.client.lrange(self._events, 0, -1)]
@@ -177,3 +183,67 @@ class Ledger:
     def clear(self) -> None:
         """Delete the ledger's keys."""
         self.client.delete(self._applications, self._applied, self._fence, self._events, self._armed)
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """Whether every expected effect applied exactly once.
+
+    Attributes:
+        expected: how many effects should have applied.
+        applications: how many applications the ledger holds.
+        duplicates: identity -> how many times it applied, for those applied more than once.
+        missing: identities that never applied.
+        unexpected: identities applied that nobody expected.
+    """
+
+    expected: int
+    applications: int
+    duplicates: Mapping[str, int] = field(default_factory=dict)
+    missing: tuple[str, ...] = ()
+    unexpected: tuple[str, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        """No duplicate, nothing missing, nothing unexpected."""
+        return not (self.duplicates or self.missing or self.unexpected)
+
+    @property
+    def extra(self) -> int:
+        """Applications beyond the first of each identity (the harm duplicates did)."""
+        return sum(count - 1 for count in self.duplicates.values())
+
+    def __str__(self) -> str:
+        if self.ok:
+            return f"{self.expected} effects, each applied exactly once"
+        parts = []
+        if self.duplicates:
+            shown = ", ".join(f"{k} x{v}" for k, v in sorted(self.duplicates.items())[:10])
+            parts.append(f"{len(self.duplicates)} applied more than once ({shown})")
+        if self.missing:
+            parts.append(f"{len(self.missing)} never applied ({', '.join(self.missing[:10])})")
+        if self.unexpected:
+            parts.append(f"{len(self.unexpected)} unexpected ({', '.join(self.unexpected[:10])})")
+        return f"of {self.expected} effects: " + "; ".join(parts)
+
+
+def verdict(counts: Ledger | Mapping[str, int], expected: Iterable[str]) -> Verdict:
+    """Judge applications (a ledger, or identity -> count) against the identities expected once each."""
+    found = counts.counts() if isinstance(counts, Ledger) else Counter(counts)
+    wanted = list(dict.fromkeys(expected))
+    wanted_set = set(wanted)
+    return Verdict(
+        expected=len(wanted),
+        applications=sum(found.values()),
+        duplicates={k: v for k, v in found.items() if v > 1},
+        missing=tuple(k for k in wanted if found.get(k, 0) == 0),
+        unexpected=tuple(sorted(k for k in found if k not in wanted_set)),
+    )
+
+
+def assert_exactly_once(counts: Ledger | Mapping[str, int], expected: Iterable[str]) -> Verdict:
+    """Fail (AssertionError) unless every expected identity applied exactly once; returns the verdict."""
+    result = verdict(counts, expected)
+    if not result.ok:
+        raise AssertionError(f"not exactly once: {result}")
+    return result
