@@ -39,6 +39,10 @@ class WorkloadConfig:
         effectq: ``"on"``, or ``"off"`` to run the same tasks unguarded.
         lease: the effects' lease, in seconds (short, so kills resolve quickly).
         visibility: the Redis brokers' redelivery timeout for a silent worker, in seconds.
+        faults: faults the workers inject into themselves (see
+            :func:`effectq.testing.faults.parse_faults`), e.g. ``"after_effect:0.02:kill"``.
+        module: the module workers import: this one, or yours (defining ``app`` or
+            ``broker`` the same way, with a task that calls :func:`work`).
     """
 
     kind: str
@@ -49,6 +53,8 @@ class WorkloadConfig:
     effectq: str = "on"
     lease: float = 2.0
     visibility: float = 10.0
+    faults: str = ""
+    module: str = "effectq.chaos.workload"
 
     def to_env(self) -> dict[str, str]:
         """The environment variables a worker process reads."""
@@ -143,9 +149,25 @@ def _effect(config: WorkloadConfig, ledger: Ledger) -> Any:
     @effectq.effect(name="chaos.apply", lease=config.lease, wait=config.lease * 3, reconcile=reconcile)
     def apply_guarded(task_no: int, index: int) -> str:
         ctx = effectq.current_effect()
-        return ledger.apply(_identity(task_no, index), idempotency_key=ctx.idempotency_key, token=ctx.token)
+        try:
+            return ledger.apply(
+                _identity(task_no, index), idempotency_key=ctx.idempotency_key, token=ctx.token
+            )
+        except Fenced:
+            ledger.note("fenced", task=task_no, index=index, token=ctx.token)
+            raise
 
     return apply_guarded
+
+
+def _store(config: WorkloadConfig) -> Any:
+    """The store workers use: the URL (built per process), or a ready store that injects faults."""
+    if not config.faults:
+        return config.store
+    from effectq.store.redis import RedisStore
+    from effectq.testing.faults import FaultyStore, parse_faults
+
+    return FaultyStore(RedisStore.from_url(config.store, namespace=config.name), parse_faults(config.faults))
 
 
 def _celery_app(config: WorkloadConfig, ledger: Ledger) -> Any:
@@ -173,7 +195,7 @@ def _celery_app(config: WorkloadConfig, ledger: Ledger) -> Any:
         import effectq.celery
 
         effectq.celery.install(
-            celery_app, config.store, namespace=config.name, in_progress_countdown=1.0, lease=config.lease
+            celery_app, _store(config), namespace=config.name, in_progress_countdown=1.0, lease=config.lease
         )
 
     @celery_app.task(  # type: ignore[untyped-decorator]
@@ -215,7 +237,7 @@ def _dramatiq_broker(config: WorkloadConfig, ledger: Ledger) -> Any:
     if config.effectq == "on":
         from effectq.dramatiq import EffectMiddleware
 
-        dramatiq_broker.add_middleware(EffectMiddleware(config.store, namespace=config.name))
+        dramatiq_broker.add_middleware(EffectMiddleware(_store(config), namespace=config.name))
     dramatiq.set_broker(dramatiq_broker)
 
     @dramatiq.actor(

@@ -74,13 +74,13 @@ class WorkerProcess:
     def command(self) -> list[str]:
         if self.config.kind == "celery":
             return [
-                sys.executable, "-m", "celery", "-A", "effectq.chaos.workload:app", "worker",
+                sys.executable, "-m", "celery", "-A", f"{self.config.module}:app", "worker",
                 "-P", self.pool, "-c", str(self.concurrency), "-Q", self.config.queue,
                 "-n", f"{self.name}-{uuid.uuid4().hex[:6]}@%h",
                 "--without-gossip", "--without-mingle", "--without-heartbeat", "-l", "INFO",
             ]  # fmt: skip
         return [
-            sys.executable, "-m", "dramatiq", "effectq.chaos.workload",
+            sys.executable, "-m", "dramatiq", self.config.module,
             "--processes", "1", "--threads", str(self.concurrency), "--queues", self.config.queue,
         ]  # fmt: skip
 
