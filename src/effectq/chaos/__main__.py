@@ -9,6 +9,7 @@ no duplicate without effectq) or timed out.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import sys
 from collections.abc import Sequence
@@ -53,7 +54,11 @@ def parser() -> argparse.ArgumentParser:
                    help="faults workers inject into themselves, e.g. after_effect:0.02:kill")  # fmt: skip
     p.add_argument("--pause", type=float, default=0.2, help="seconds between two effects of a task")
     p.add_argument("--lease", type=float, default=2.0, help="the effects' lease in seconds")
-    p.add_argument("--redis-url", default=REDIS_URL, help="Redis for the ledger, store and Redis broker")
+    p.add_argument(
+        "--redis-url", "--url", default=REDIS_URL, help="Redis for the ledger, store and Redis broker"
+    )
+    p.add_argument("--namespace", "-n", help="ignored: each run works in a namespace of its own")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--amqp-url", default=AMQP_URL, help="RabbitMQ broker")
     p.add_argument("--timeout", type=float, default=TIMEOUT, help="give up after SECONDS")
     p.add_argument("--seed", type=int, help="seed the victims and moments")
@@ -101,16 +106,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     options = options_from(args)
-    report = run_chaos(options)
-    print(report.render(), flush=True)
-    status = exit_status(report)
+    reports = [run_chaos(options)]
+    status = exit_status(reports[0])
+    _show(reports[0], as_json=args.json)
     if args.compare and options.effectq:
-        print(flush=True)
-        unguarded = run_chaos(replace(options, effectq=False))
-        print(unguarded.render(), flush=True)
-        if exit_status(unguarded) != 0:
+        reports.append(run_chaos(replace(options, effectq=False)))
+        _show(reports[1], as_json=args.json)
+        if exit_status(reports[1]) != 0:
             status = max(status, 2)
     return status
+
+
+def _show(report: Report, *, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(report.as_dict(), sort_keys=True), flush=True)
+    else:
+        print(report.render() + "\n", flush=True)
 
 
 if __name__ == "__main__":

@@ -164,6 +164,33 @@ class Report:
         """With effectq: no duplicate, nothing missing, nothing timed out, and the chaos bit."""
         return not self.timed_out and self.duplicates == 0 and self.missing == 0 and self.bit
 
+    def as_dict(self) -> dict[str, Any]:
+        """The report as JSON-ready data."""
+        o = self.options
+        return {
+            "configuration": o.configuration,
+            "effectq": o.effectq,
+            "tasks": o.tasks,
+            "finished": self.finished,
+            "effects": o.tasks * o.effects,
+            "kills": self.kills,
+            "deaths": self.deaths,
+            "pauses": self.pauses,
+            "store_restarts": self.store_restarts,
+            "cuts": self.cuts,
+            "redeliveries": self.redeliveries,
+            "applications": self.verdict.applications if self.verdict else 0,
+            "duplicates": self.duplicates,
+            "missing": self.missing,
+            "reconciled": self.reconciled,
+            "unknown": self.unknown,
+            "replayed": self.replayed,
+            "fenced": self.fenced,
+            "elapsed": round(self.elapsed, 3),
+            "timed_out": self.timed_out,
+            "conclusion": self.conclusion(),
+        }
+
     def render(self) -> str:
         """The report a person reads at a glance."""
         o = self.options
