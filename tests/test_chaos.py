@@ -1,24 +1,27 @@
 """The chaos runner: real workers SIGKILLed at random; every effect applies exactly once.
 
-These run the ``small`` size (150 effects) so the suite stays short; ``python -m
-effectq.chaos --size ci`` (300 effects) and ``--size long`` (5,000) are the
-documented larger runs.
+Celery + Redis broker and Dramatiq + RabbitMQ run the ``ci`` size (300 effects,
+about 40 s each here); the other faults and the unguarded run use smaller runs.
+``python -m effectq.chaos --size long`` (5,000 effects) is the documented long run.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
 import pytest
 
 from effectq.chaos.__main__ import exit_status, main, options_from, parser
-from effectq.chaos.runner import Options, Report, run_chaos
+from effectq.chaos.runner import SIZES, Options, Report, run_chaos
 from effectq.testing.ledger import Verdict
 
 from .conftest import REDIS_URL
 
 AMQP_URL = os.environ.get("EFFECTQ_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/%2F")
+
+CI = SIZES["ci"]
 
 pytestmark = [pytest.mark.slow, pytest.mark.redis, pytest.mark.timeout(300)]
 
@@ -50,12 +53,12 @@ def _assert_proved(report: Report) -> None:
 
 def test_celery_redis_broker_under_kills(tmp_path: Path) -> None:
     """Celery + Redis broker, workers SIGKILLed at random: every effect applied exactly once."""
-    _assert_proved(_run(tmp_path, "celery-redis", tasks=30, effects=5))
+    _assert_proved(_run(tmp_path, "celery-redis", **CI))
 
 
 def test_dramatiq_rabbitmq_under_kills_and_crash_window_faults(tmp_path: Path) -> None:
     """Dramatiq + RabbitMQ, random SIGKILLs and self-kills between the side effect and its record."""
-    report = _run(tmp_path, "dramatiq-rabbitmq", tasks=30, effects=5, faults="after_effect:0.03:kill")
+    report = _run(tmp_path, "dramatiq-rabbitmq", **CI, faults="after_effect:0.02:kill")
     _assert_proved(report)
 
 
@@ -122,3 +125,16 @@ def test_main_prints_the_report_and_exits(tmp_path: Path, capsys: pytest.Capture
     assert "effectq chaos" in out
     assert "duplicates     0" in out
     assert status in (0, 2)  # 2 only if no kill happened to land on a running task
+
+
+def test_effectq_command_dispatches_to_the_runner(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`effectq --url URL chaos ... --json` runs the same runner and prints its report as JSON."""
+    from effectq.cli import main as effectq_main
+
+    sizes = ["--tasks", "2", "--effects", "1", "--workers", "1", "--no-kills", "--pause", "0"]
+    argv = ["--url", REDIS_URL, "chaos", "dramatiq-redis", *sizes, "--json", "--log-dir", str(tmp_path)]
+    status = effectq_main(argv)
+    report = json.loads(capsys.readouterr().out)
+    assert (report["configuration"], report["finished"], report["duplicates"]) == ("dramatiq-redis", 2, 0)
+    assert status == 2  # no kills: the run proved nothing, and says so
+    assert "PROVED NOTHING" in report["conclusion"]

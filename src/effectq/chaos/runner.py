@@ -44,7 +44,7 @@ SIZES: dict[str, dict[str, Any]] = {
     "ci": {"tasks": 60, "effects": 5, "workers": 2},
     "long": {"tasks": 1000, "effects": 5, "workers": 3},
 }
-"""Preset sizes: ``small`` (the default test run), ``ci`` (300 effects), ``long`` (5,000 effects)."""
+"""Preset sizes: ``small`` (150 effects), ``ci`` (300 effects), ``long`` (5,000 effects)."""
 
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
