@@ -50,6 +50,8 @@ SIZES: dict[str, dict[str, Any]] = {
 REDIS_URL = "redis://127.0.0.1:6379/0"
 AMQP_URL = "amqp://guest:guest@127.0.0.1:5672/%2F"
 TIMEOUT = 170.0
+STALL = 15.0
+"""Seconds without any event after which unfinished tasks are sent again (lost by the broker)."""
 CALM_AFTER = 0.6
 """Faults stop after this share of the timeout, so the last tasks can finish."""
 
@@ -117,6 +119,7 @@ class Report:
         reconciled: effects the finishing deliveries found applied by asking the ledger.
         unknown: tasks stopped by an unknown outcome (left for an operator).
         fenced: applications the ledger refused (a resumed holder, fenced out).
+        resent: tasks sent again after the run stalled (the broker lost their message).
         elapsed: seconds.
         timed_out: the run gave up before every task finished.
         calmed: when the faults stopped to let the last tasks finish (0: they never had to).
@@ -135,6 +138,7 @@ class Report:
     reconciled: int = 0
     unknown: int = 0
     fenced: int = 0
+    resent: int = 0
     elapsed: float = 0.0
     timed_out: bool = False
     calmed: float = 0.0
@@ -186,6 +190,7 @@ class Report:
             "unknown": self.unknown,
             "replayed": self.replayed,
             "fenced": self.fenced,
+            "resent": self.resent,
             "elapsed": round(self.elapsed, 3),
             "timed_out": self.timed_out,
             "conclusion": self.conclusion(),
@@ -221,6 +226,7 @@ class Report:
             ("unknown", f"{self.reconciled} resolved by reconcile, {self.unknown} left for an operator"),
             ("replayed", f"{self.replayed} effects short-circuited by finishing deliveries"),
             ("fenced", f"{self.fenced} late applications refused by the ledger"),
+            ("resent", f"{self.resent} tasks the broker lost, sent again under a new task id"),
             (
                 "elapsed",
                 f"{self.elapsed:.1f}s"
@@ -277,6 +283,7 @@ def run_chaos(options: Options) -> Report:
             visibility=max(3.0, options.lease * 2),
             faults=options.faults,
             module=options.workload,
+            keyed_by="business",  # a task the broker lost is sent again under a new id: same run
         )
         producer = Producer(config)
         stack.callback(_cleanup, producer)
@@ -293,7 +300,7 @@ def run_chaos(options: Options) -> Report:
         for worker in workers:
             stack.callback(worker.stop)
             worker.start()
-        _torment(options, rng, workers, ledger, server, proxy, report, started)
+        _torment(options, rng, workers, ledger, server, proxy, report, started, producer)
         report.elapsed = time.monotonic() - started
         report.verdict = verdict(
             ledger, (f"{t}:{i}" for t in range(options.tasks) for i in range(options.effects))
@@ -315,9 +322,18 @@ def _torment(
     proxy: Proxy | None,
     report: Report,
     started: float,
+    producer: Producer,
 ) -> None:
-    """Fault the workers until every task has finished (or the timeout)."""
+    """Fault the workers until every task has finished (or the timeout).
+
+    A broker can lose a message outright (kombu's Redis transport, when a worker
+    dies between popping a task and registering it as unacked): when nothing has
+    happened for :data:`STALL` seconds, the unfinished tasks are sent again, as
+    an application's own reconciler would. The run is keyed by a business key,
+    so a resent task is the same run and its effects still apply once.
+    """
     now = time.monotonic()
+    last_progress = now
 
     def every(seconds: float | None) -> float:
         return now + seconds if seconds else float("inf")
@@ -339,6 +355,14 @@ def _torment(
             report.timed_out = True
             break
         events, cursor = ledger.events_since(cursor)
+        if events:
+            last_progress = now
+        elif now - last_progress > STALL:
+            unfinished = [t for t in range(options.tasks) if t not in finished]
+            for task_no in unfinished:
+                producer.send(task_no, options.effects, pause=options.pause)
+            report.resent += len(unfinished)
+            last_progress = now
         for event in events:
             kind = event["kind"]
             if kind == "start":

@@ -43,6 +43,8 @@ class WorkloadConfig:
             :func:`effectq.testing.faults.parse_faults`), e.g. ``"after_effect:0.02:kill"``.
         module: the module workers import: this one, or yours (defining ``app`` or
             ``broker`` the same way, with a task that calls :func:`work`).
+        keyed_by: ``"task"`` (the run id is the task / message id) or ``"business"``
+            (``chaos:<task number>``, so a task sent again under a new id is the same run).
     """
 
     kind: str
@@ -55,6 +57,7 @@ class WorkloadConfig:
     visibility: float = 10.0
     faults: str = ""
     module: str = "effectq.chaos.workload"
+    keyed_by: str = "task"
 
     def to_env(self) -> dict[str, str]:
         """The environment variables a worker process reads."""
@@ -170,6 +173,13 @@ def _store(config: WorkloadConfig) -> Any:
     return FaultyStore(RedisStore.from_url(config.store, namespace=config.name), parse_faults(config.faults))
 
 
+def _run_options(config: WorkloadConfig) -> dict[str, Any]:
+    """The task options that name the run by a business key, when asked for."""
+    if config.effectq == "on" and config.keyed_by == "business":
+        return {"effectq_run_id": "chaos:{task_no}"}
+    return {}
+
+
 def _celery_app(config: WorkloadConfig, ledger: Ledger) -> Any:
     from celery import Celery
 
@@ -205,6 +215,7 @@ def _celery_app(config: WorkloadConfig, ledger: Ledger) -> Any:
         retry_backoff_max=5,
         max_retries=None,
         bind=True,
+        **_run_options(config),
     )
     def chaos_work(
         self: Any, task_no: int, effects: int, hold_after: int = 0, pause: float = 0.0, retry_after: int = 0
@@ -247,6 +258,7 @@ def _dramatiq_broker(config: WorkloadConfig, ledger: Ledger) -> Any:
         min_backoff=100,
         max_backoff=2000,
         time_limit=600_000,
+        **_run_options(config),
     )
     def chaos_work(
         task_no: int, effects: int, hold_after: int = 0, pause: float = 0.0, retry_after: int = 0
