@@ -83,6 +83,7 @@ def _batch(url: str, queue: str, tasks: int) -> float:
 def measure(url: str, tasks: int, rounds: int = 3) -> dict[str, Any]:
     try:
         import celery  # noqa: F401
+
         import effectq.celery  # noqa: F401
     except ImportError as exc:
         return {"skipped": str(exc)}

@@ -1,0 +1,140 @@
+"""What a Celery configuration must give for effects to apply exactly once.
+
+effectq makes a redelivered task safe to run again; it cannot make Celery
+redeliver a task it dropped. :func:`check` reads the app's configuration and
+returns one sentence per problem; :func:`effectq.celery.install` logs them when a
+worker starts.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+from typing import Any
+
+from ..options import seconds
+
+__all__ = ["RABBITMQ_CONSUMER_TIMEOUT", "check"]
+
+log = logging.getLogger("effectq.celery.check")
+
+RABBITMQ_CONSUMER_TIMEOUT = 1800.0
+"""RabbitMQ's default ``consumer_timeout`` (30 minutes): a delivery unacked for longer
+closes the channel and the message is delivered again, while the task still runs."""
+
+_VISIBILITY_TRANSPORTS = ("redis", "rediss", "sqs", "sentinel")
+
+
+def check(
+    app: Any,
+    *,
+    lease: float | timedelta = 60.0,
+    retention: float | timedelta = timedelta(days=7),
+    in_progress_countdown: float = 5.0,
+) -> list[str]:
+    """Problems in ``app``'s configuration, one sentence each (empty when none).
+
+    Args:
+        app: the Celery app.
+        lease: the longest effect lease the app's effects use.
+        retention: the shortest effect retention the app's effects use.
+        in_progress_countdown: the countdown of the retry an in-flight effect causes.
+    """
+    lease_s = seconds(lease, option="lease")
+    retention_s = seconds(retention, option="retention")
+    conf = app.conf
+    tasks = [task for name, task in sorted(app.tasks.items()) if not name.startswith("celery.")]
+    problems: list[str] = []
+
+    early = [task.name for task in tasks if not getattr(task, "acks_late", conf.task_acks_late)]
+    if early:
+        problems.append(
+            f"task_acks_late is off for {_names(early)}: a worker that dies mid-task has already acked it, "
+            f"so it is never delivered again and its remaining effects never apply. Set task_acks_late=True "
+            f"(effectq makes the redelivery safe)."
+        )
+    lost = [
+        task.name
+        for task in tasks
+        if getattr(task, "acks_late", conf.task_acks_late)
+        and not getattr(task, "reject_on_worker_lost", None)
+        and not conf.task_reject_on_worker_lost
+    ]
+    if lost:
+        problems.append(
+            f"task_reject_on_worker_lost is off for {_names(lost)}: when a pool process is killed "
+            f"mid-task (OOM, SIGKILL), Celery acks the task and marks it failed (WorkerLostError) "
+            f"instead of delivering it again. Set task_reject_on_worker_lost=True: effects already "
+            f"applied are replayed, not repeated."
+        )
+
+    transport = _transport(app)
+    time_limit = conf.task_time_limit
+    if transport in _VISIBILITY_TRANSPORTS:
+        visibility = float((conf.broker_transport_options or {}).get("visibility_timeout", 3600))
+        if time_limit is None or float(time_limit) > visibility:
+            problems.append(
+                f"the {transport} broker delivers a task again after visibility_timeout={visibility:g}s "
+                f"without an ack, even while it still runs (task_time_limit is {time_limit}). Its effects "
+                f"still apply once (the copy waits, then retries), but set task_time_limit below "
+                f"visibility_timeout."
+            )
+        if lease_s > visibility:
+            problems.append(
+                f"the effect lease ({lease_s:g}s) is longer than visibility_timeout ({visibility:g}s): a "
+                f"task delivered again after its worker died finds its effect in flight until the lease "
+                f"runs out."
+            )
+        if in_progress_countdown >= visibility:
+            problems.append(
+                f"in_progress_countdown ({in_progress_countdown:g}s) is not below visibility_timeout "
+                f"({visibility:g}s): the broker would deliver the retry again before it is due."
+            )
+    elif transport in ("amqp", "amqps", "pyamqp", "librabbitmq") and (
+        time_limit is None or float(time_limit) > RABBITMQ_CONSUMER_TIMEOUT
+    ):
+        problems.append(
+            f"RabbitMQ closes the channel of a delivery unacked for consumer_timeout (30 min by default) and "
+            f"delivers it again while the task still runs (task_time_limit is {time_limit}). Effects still "
+            f"apply once, but set task_time_limit below the server's consumer_timeout."
+        )
+
+    long_retry = [task.name for task in tasks if _retry_horizon(task, conf) > retention_s]
+    if long_retry:
+        problems.append(
+            f"{_names(long_retry)} may retry later than the effect retention ({retention_s / 86400:g} days; "
+            f"unbounded max_retries, or retries x delay beyond it): an effect whose record expired applies "
+            f"again on such a late retry. Bound max_retries or raise the effects' retention."
+        )
+    return problems
+
+
+def log_problems(app: Any, **options: Any) -> list[str]:
+    """Log every problem :func:`check` finds, as a warning."""
+    problems = check(app, **options)
+    for problem in problems:
+        log.warning("effectq: %s", problem)
+    return problems
+
+
+def _transport(app: Any) -> str:
+    url = app.conf.broker_url or ""
+    if isinstance(url, (list, tuple)):
+        url = url[0] if url else ""
+    return str(url).split("://", 1)[0].split("+", 1)[0].lower() if "://" in str(url) else str(url).lower()
+
+
+def _retry_horizon(task: Any, conf: Any) -> float:
+    """An upper bound of how long after its first delivery a task may still retry, in seconds."""
+    retries = getattr(task, "max_retries", None)
+    if retries is None:
+        return float("inf")
+    delay = float(getattr(task, "default_retry_delay", 0) or 0)
+    if getattr(task, "retry_backoff", False):
+        delay = max(delay, float(getattr(task, "retry_backoff_max", 600)))
+    return float(retries) * delay
+
+
+def _names(names: list[str]) -> str:
+    shown = ", ".join(names[:5])
+    return shown + (f" and {len(names) - 5} more" if len(names) > 5 else "")

@@ -1,0 +1,285 @@
+"""The tasks real workers run under chaos: T tasks of E effects each, applied to a ledger.
+
+Worker processes import this module (``celery -A effectq.chaos.workload:app worker``,
+``dramatiq effectq.chaos.workload``); it reads its configuration from the
+environment (:class:`WorkloadConfig`), which the harness writes. Each effect
+applies to the :class:`~effectq.testing.ledger.Ledger` with the idempotency key
+and fencing token effectq hands it, and its reconcile hook asks the ledger, so a
+worker killed between the ledger write and the store write is settled on the
+next delivery. With effectq switched off the same tasks call the ledger
+directly: what a plain task queue does.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+import effectq
+from effectq.errors import OutcomeUnknown, StoreError
+from effectq.testing.ledger import Fenced, Ledger
+
+__all__ = ["WorkloadConfig", "app", "broker", "work"]
+
+_PREFIX = "EFFECTQ_CHAOS_"
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadConfig:
+    """Everything a worker process needs, passed through its environment.
+
+    Attributes:
+        kind: ``celery`` or ``dramatiq``.
+        broker: the broker URL (``redis://...`` or ``amqp://...``).
+        store: the Redis URL of the effectq store.
+        ledger: the Redis URL of the ledger (a server the run never restarts).
+        name: this run's name: the namespace, ledger name, queue and key prefixes.
+        effectq: ``"on"``, or ``"off"`` to run the same tasks unguarded.
+        lease: the effects' lease, in seconds (short, so kills resolve quickly).
+        visibility: the Redis brokers' redelivery timeout for a silent worker, in seconds.
+        faults: faults the workers inject into themselves (see
+            :func:`effectq.testing.faults.parse_faults`), e.g. ``"after_effect:0.02:kill"``.
+        module: the module workers import: this one, or yours (defining ``app`` or
+            ``broker`` the same way, with a task that calls :func:`work`).
+        keyed_by: ``"task"`` (the run id is the task / message id) or ``"business"``
+            (``chaos:<task number>``, so a task sent again under a new id is the same run).
+    """
+
+    kind: str
+    broker: str
+    store: str
+    ledger: str
+    name: str
+    effectq: str = "on"
+    lease: float = 2.0
+    visibility: float = 10.0
+    faults: str = ""
+    module: str = "effectq.chaos.workload"
+    keyed_by: str = "task"
+
+    def to_env(self) -> dict[str, str]:
+        """The environment variables a worker process reads."""
+        return {_PREFIX + f.name.upper(): str(getattr(self, f.name)) for f in fields(self)}
+
+    @classmethod
+    def from_env(cls, environ: Any = None) -> WorkloadConfig:
+        """Read the configuration a harness wrote."""
+        env = os.environ if environ is None else environ
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            raw = env.get(_PREFIX + f.name.upper())
+            if raw is not None:
+                values[f.name] = float(raw) if f.type in ("float", float) else raw
+        missing = [n for n in ("kind", "broker", "store", "ledger", "name") if n not in values]
+        if missing:
+            raise RuntimeError(
+                f"effectq.chaos.workload: set {', '.join(_PREFIX + m.upper() for m in missing)}"
+            )
+        return cls(**values)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @property
+    def queue(self) -> str:
+        """The queue this run's tasks go through."""
+        return f"effectq-chaos-{self.name}"
+
+
+def _identity(task_no: int, index: int) -> str:
+    return f"{task_no}:{index}"
+
+
+def work(
+    ledger: Ledger,
+    apply: Any,
+    task_no: int,
+    effects: int,
+    hold_after: int,
+    pause: float,
+    *,
+    retry_after: int = 0,
+    retry: Any = None,
+) -> int:
+    """The body of every chaos task: apply ``effects`` effects in order.
+
+    ``hold_after`` (>= 1) makes the first delivery stop after that many effects and
+    wait to be killed; ``retry_after`` makes it ask the task queue for a retry
+    there instead (``retry()`` raises the queue's retry); ``pause`` spaces the
+    effects so random kills land mid-task.
+    """
+    run = effectq.active_run()
+    ledger.note("start", task=task_no)
+    try:
+        for index in range(effects):
+            apply(task_no, index)
+            if index + 1 == hold_after and ledger.arm(f"task:{task_no}"):
+                ledger.note("armed", task=task_no, after=index + 1)
+                time.sleep(600)  # until the harness kills this worker
+            if index + 1 == retry_after and ledger.arm(f"retry:{task_no}"):
+                ledger.note("retry", task=task_no, after=index + 1)
+                retry()
+            if pause:
+                time.sleep(pause)
+    except OutcomeUnknown as exc:
+        ledger.note("unknown", task=task_no, key=exc.key)
+        raise
+    stats = run.stats if run is not None else None
+    ledger.note(
+        "done",
+        task=task_no,
+        replayed=stats.replayed if stats else 0,
+        reconciled=stats.reconciled if stats else 0,
+        executed=stats.executed if stats else effects,
+    )
+    return effects
+
+
+def _effect(config: WorkloadConfig, ledger: Ledger) -> Any:
+    """The effect every task applies: guarded by effectq, or plain when it is off."""
+
+    def apply_plain(task_no: int, index: int) -> str:
+        return ledger.apply(_identity(task_no, index))
+
+    if config.effectq == "off":
+        return apply_plain
+
+    def reconcile(key: str, args: dict[str, Any], ctx: effectq.EffectContext) -> str | None:
+        return ledger.lookup(ctx.idempotency_key, token=ctx.token)
+
+    @effectq.effect(name="chaos.apply", lease=config.lease, wait=config.lease * 3, reconcile=reconcile)
+    def apply_guarded(task_no: int, index: int) -> str:
+        ctx = effectq.current_effect()
+        try:
+            return ledger.apply(
+                _identity(task_no, index), idempotency_key=ctx.idempotency_key, token=ctx.token
+            )
+        except Fenced:
+            ledger.note("fenced", task=task_no, index=index, token=ctx.token)
+            raise
+
+    return apply_guarded
+
+
+def _store(config: WorkloadConfig) -> Any:
+    """The store workers use: the URL (built per process), or a ready store that injects faults."""
+    if not config.faults:
+        return config.store
+    from effectq.store.redis import RedisStore
+    from effectq.testing.faults import FaultyStore, parse_faults
+
+    return FaultyStore(RedisStore.from_url(config.store, namespace=config.name), parse_faults(config.faults))
+
+
+def _run_options(config: WorkloadConfig) -> dict[str, Any]:
+    """The task options that name the run by a business key, when asked for."""
+    if config.effectq == "on" and config.keyed_by == "business":
+        return {"effectq_run_id": "chaos:{task_no}"}
+    return {}
+
+
+def _celery_app(config: WorkloadConfig, ledger: Ledger) -> Any:
+    from celery import Celery
+
+    celery_app = Celery(f"effectq-chaos-{config.name}", broker=config.broker)
+    celery_app.conf.update(
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        task_ignore_result=True,
+        task_default_queue=config.queue,
+        worker_prefetch_multiplier=1,
+        worker_enable_remote_control=False,
+        worker_hijack_root_logger=False,
+        broker_connection_retry_on_startup=True,
+        broker_transport_options={
+            "visibility_timeout": config.visibility,
+            "unacked_restore_interval": 1,  # look for a dead worker's tasks every second (kombu >= 5.5)
+            "unacked_restore_throttle": 1,
+            "global_keyprefix": f"effectq-chaos-{config.name}:",
+        },
+    )
+    apply = _effect(config, ledger)
+    if config.effectq == "on":
+        import effectq.celery
+
+        effectq.celery.install(
+            celery_app, _store(config), namespace=config.name, in_progress_countdown=1.0, lease=config.lease
+        )
+
+    @celery_app.task(  # type: ignore[untyped-decorator]
+        name="chaos.work",
+        autoretry_for=(StoreError, Fenced, ConnectionError),
+        retry_backoff=1,
+        retry_backoff_max=5,
+        max_retries=None,
+        bind=True,
+        **_run_options(config),
+    )
+    def chaos_work(
+        self: Any, task_no: int, effects: int, hold_after: int = 0, pause: float = 0.0, retry_after: int = 0
+    ) -> int:
+        def retry() -> None:
+            raise self.retry(countdown=0)
+
+        return work(ledger, apply, task_no, effects, hold_after, pause, retry_after=retry_after, retry=retry)
+
+    return celery_app
+
+
+def _dramatiq_broker(config: WorkloadConfig, ledger: Ledger) -> Any:
+    import dramatiq
+
+    if config.broker.startswith("amqp"):
+        from dramatiq.brokers.rabbitmq import RabbitmqBroker
+
+        dramatiq_broker: Any = RabbitmqBroker(url=config.broker)
+    else:
+        from dramatiq.brokers.redis import MAINTENANCE_SCALE, RedisBroker
+
+        dramatiq_broker = RedisBroker(  # type: ignore[no-untyped-call]
+            url=config.broker,
+            namespace=f"effectq-chaos-{config.name}",
+            heartbeat_timeout=int(config.visibility * 1000),
+            maintenance_chance=MAINTENANCE_SCALE,
+        )
+    apply = _effect(config, ledger)
+    if config.effectq == "on":
+        from effectq.dramatiq import EffectMiddleware
+
+        dramatiq_broker.add_middleware(EffectMiddleware(_store(config), namespace=config.name))
+    dramatiq.set_broker(dramatiq_broker)
+
+    @dramatiq.actor(
+        actor_name="chaos_work",
+        queue_name=config.queue,
+        max_retries=1000,
+        min_backoff=100,
+        max_backoff=2000,
+        time_limit=600_000,
+        **_run_options(config),
+    )
+    def chaos_work(
+        task_no: int, effects: int, hold_after: int = 0, pause: float = 0.0, retry_after: int = 0
+    ) -> None:
+        def retry() -> None:
+            raise dramatiq.Retry(delay=0)
+
+        work(ledger, apply, task_no, effects, hold_after, pause, retry_after=retry_after, retry=retry)
+
+    return dramatiq_broker
+
+
+app: Any = None
+"""The Celery app, when the environment says ``kind=celery``."""
+broker: Any = None
+"""The Dramatiq broker, when the environment says ``kind=dramatiq``."""
+
+if os.environ.get(_PREFIX + "KIND"):
+    _config = WorkloadConfig.from_env()
+    _ledger = Ledger.from_url(_config.ledger, _config.name)
+    if _config.kind == "celery":
+        app = _celery_app(_config, _ledger)
+    else:
+        broker = _dramatiq_broker(_config, _ledger)
