@@ -12,7 +12,16 @@ from typing import Any
 from ..errors import CorruptRecordError, StoreError
 from .base import Claim, ClaimKind, Record, ResultState, Status
 
-__all__ = ["STATUS", "decode_claim", "decode_hash", "decode_packed", "decode_read", "packed_claim", "text", "when"]
+__all__ = [
+    "STATUS",
+    "decode_claim",
+    "decode_hash",
+    "decode_packed",
+    "decode_read",
+    "packed_claim",
+    "text",
+    "when",
+]
 
 CODES = {
     1: ClaimKind.CLAIMED,
