@@ -39,6 +39,7 @@ import redis
 from celery import Celery, Task
 
 import effectq
+import effectq.celery
 
 REDIS_URL = os.environ.get("AGENT_REDIS_URL", "redis://127.0.0.1:6379/0")
 NAMESPACE = os.environ.get("AGENT_NAMESPACE", "agent-example")
@@ -62,11 +63,7 @@ app.conf.update(
     },
     result_backend_transport_options={"global_keyprefix": f"{NAMESPACE}:"},
 )
-
-
-@functools.cache
-def store() -> effectq.RedisStore:
-    return effectq.RedisStore.from_url(REDIS_URL, namespace=NAMESPACE)
+effectq.celery.install(app, REDIS_URL, namespace=NAMESPACE)  # a run per task: the task id is the run id
 
 
 @functools.cache
@@ -158,10 +155,7 @@ def run_agent(ticket: str) -> str:
 @app.task(bind=True, name="agent_task.handle_ticket")
 def handle_ticket(self: Task, ticket: str) -> str:
     counters().add("deliveries")
-    # The task id is the run id: a redelivery is the same run. (With the Celery
-    # integration installed, it binds this run itself.)
-    with effectq.run(self.request.id, store=store()):
-        return run_agent(ticket)
+    return run_agent(ticket)  # a redelivery is the same run: what already happened replays
 
 
 # -- the proof ----------------------------------------------------------------------------------
