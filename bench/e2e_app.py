@@ -7,6 +7,7 @@ EFFECTQ_BENCH_GUARD=1 installs effectq, 0 runs the same task without it.
 from __future__ import annotations
 
 import os
+import time
 
 import redis
 from celery import Celery
@@ -16,6 +17,8 @@ import effectq
 URL = os.environ["EFFECTQ_BENCH_URL"]
 GUARDED = os.environ.get("EFFECTQ_BENCH_GUARD") == "1"
 QUEUE = os.environ.get("EFFECTQ_BENCH_QUEUE", "bench")
+WORK = float(os.environ.get("EFFECTQ_BENCH_WORK_MS", "0")) / 1000
+"""How long each effect's side effect takes (an API call, say); 0: the effects do nothing."""
 
 app = Celery("e2e", broker=URL.rsplit("/", 1)[0] + "/1")
 app.conf.task_acks_late = True
@@ -30,14 +33,17 @@ if GUARDED:
 
 
 def reserve(order: int) -> dict[str, int]:
+    time.sleep(WORK)
     return {"order": order, "reserved": 1}
 
 
 def charge(order: int) -> dict[str, int]:
+    time.sleep(WORK)
     return {"order": order, "charged": 1}
 
 
 def notify(order: int) -> dict[str, int]:
+    time.sleep(WORK)
     return {"order": order, "notified": 1}
 
 
