@@ -8,9 +8,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
-import subprocess
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -23,72 +20,26 @@ from effectq.cli import Exit, main
 from effectq.doctor import Finding, Level, Node, check_clock, diagnose
 from effectq.testing import seed_records
 
+from .servers import Server as RedisServer
+from .servers import stop_all, wait_until
+
 pytestmark = pytest.mark.skipif(shutil.which("redis-server") is None, reason="needs redis-server")
 
-Server = Callable[..., str]
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _wait(predicate: Callable[[], bool], what: str, seconds: float = 30.0) -> None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        try:
-            if predicate():
-                return
-        except redis.RedisError:
-            pass
-        time.sleep(0.05)
-    raise AssertionError(f"gave up waiting for {what}")
+Start = Callable[..., str]
+"""Starts a redis-server with extra arguments; returns its URL."""
 
 
 @pytest.fixture
-def server(tmp_path: Path) -> Iterator[Server]:
+def server(tmp_path: Path) -> Iterator[Start]:
     """Start ``redis-server`` with extra arguments on a free port; returns its URL. Stopped afterwards."""
-    started: list[subprocess.Popen[bytes]] = []
+    started: list[RedisServer] = []
 
     def start(*args: str) -> str:
-        port = _free_port()
-        workdir = tmp_path / str(port)
-        workdir.mkdir()
-        proc = subprocess.Popen(
-            [
-                "redis-server",
-                "--port",
-                str(port),
-                "--bind",
-                "127.0.0.1",
-                "--dir",
-                str(workdir),
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                *args,
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        started.append(proc)
-        url = f"redis://127.0.0.1:{port}/0"
-        client = redis.Redis.from_url(url)
-        _wait(lambda: bool(client.ping()), f"redis-server on {port}")
-        client.close()
-        return url
+        started.append(RedisServer(tmp_path, *args).start())
+        return f"redis://{started[-1].address}/0"
 
     yield start
-    for proc in started:
-        proc.terminate()
-    for proc in started:
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    stop_all(started)
 
 
 def _doctor(url: str, capsys: pytest.CaptureFixture[str], *extra: str) -> tuple[int, dict[str, Finding]]:
@@ -98,7 +49,7 @@ def _doctor(url: str, capsys: pytest.CaptureFixture[str], *extra: str) -> tuple[
     return code, findings
 
 
-def test_a_safe_server_passes(server: Server, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_safe_server_passes(server: Start, capsys: pytest.CaptureFixture[str]) -> None:
     """noeviction, AOF with fsync always, no replicas: nothing fails, exit 0."""
     url = server("--appendonly", "yes", "--appendfsync", "always", "--maxmemory-policy", "noeviction")
     code, found = _doctor(url, capsys)
@@ -116,7 +67,7 @@ def test_a_safe_server_passes(server: Server, capsys: pytest.CaptureFixture[str]
 
 
 def test_eviction_and_no_persistence_fail_with_fixes(
-    server: Server, capsys: pytest.CaptureFixture[str]
+    server: Start, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """allkeys-lru and no AOF: both fail, each with its fix; exit 1; the table says so too."""
     url = server("--maxmemory-policy", "allkeys-lru", "--maxmemory", "64mb")
@@ -133,7 +84,7 @@ def test_eviction_and_no_persistence_fail_with_fixes(
     assert "fix: CONFIG SET maxmemory-policy noeviction" in text
 
 
-def test_everysec_is_a_warning(server: Server, capsys: pytest.CaptureFixture[str]) -> None:
+def test_everysec_is_a_warning(server: Start, capsys: pytest.CaptureFixture[str]) -> None:
     """AOF with fsync everysec holds except for a machine crash: a warning, exit 0."""
     url = server("--appendonly", "yes", "--appendfsync", "everysec")
     code, found = _doctor(url, capsys)
@@ -143,14 +94,14 @@ def test_everysec_is_a_warning(server: Server, capsys: pytest.CaptureFixture[str
 
 
 def test_replicas_are_reported_and_a_replica_refused(
-    server: Server, capsys: pytest.CaptureFixture[str]
+    server: Start, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A primary with a replica warns about failover; pointing doctor at the replica fails."""
     primary = server("--appendonly", "yes", "--appendfsync", "always")
     port = primary.rsplit(":", 1)[1].split("/")[0]
     replica = server("--replicaof", "127.0.0.1", port)
     client = redis.Redis.from_url(primary)
-    _wait(lambda: int(client.info("replication")["connected_slaves"]) == 1, "the replica to connect")
+    wait_until(lambda: int(client.info("replication")["connected_slaves"]) == 1, "the replica to connect")
     client.close()
     code, found = _doctor(primary, capsys)
     assert code == Exit.OK
@@ -164,7 +115,7 @@ def test_replicas_are_reported_and_a_replica_refused(
 
 
 def test_a_user_without_scripting_fails_the_scripts_check(
-    server: Server, capsys: pytest.CaptureFixture[str]
+    server: Start, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """An ACL that forbids Lua (and CONFIG) fails the scripts check; the password is never printed."""
     url = server()

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -18,6 +17,8 @@ import pytest
 import redis
 
 import effectq
+
+from .servers import Server
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.slow
@@ -170,46 +171,15 @@ def test_zombie_cannot_complete_over_the_new_owner(
     assert list(by_key.values()) == [b"taker"]  # the remote deduped the zombie by idempotency key
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture
-def own_redis(tmp_path: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+def own_redis(tmp_path: Path) -> Iterator[tuple[str, Server]]:
     """A redis-server of this test's own, on a free port; stopped afterwards."""
-    port = free_port()
-    proc = subprocess.Popen(
-        [
-            "redis-server",
-            "--port",
-            str(port),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",
-            str(tmp_path),
-        ],
-        stdout=subprocess.DEVNULL,
-    )
-    client = redis.Redis(port=port)
-    for _ in range(100):
-        try:
-            client.ping()
-            break
-        except redis.ConnectionError:
-            time.sleep(0.05)
-    client.close()
-    yield f"redis://127.0.0.1:{port}/0", proc
-    proc.kill()
-    proc.wait()
+    server = Server(tmp_path).start()
+    yield f"redis://{server.address}/0", server
+    server.stop()
 
 
-def test_redis_stopped_means_nothing_runs(own_redis: tuple[str, subprocess.Popen[bytes]]) -> None:
+def test_redis_stopped_means_nothing_runs(own_redis: tuple[str, Server]) -> None:
     """With Redis down, the call fails with StoreError and the function does not run."""
     url, server = own_redis
     store = effectq.RedisStore.from_url(url, namespace="down", socket_timeout=1, socket_connect_timeout=1)
@@ -223,14 +193,13 @@ def test_redis_stopped_means_nothing_runs(own_redis: tuple[str, subprocess.Popen
     with effectq.run("r1", store=store):
         assert act() == 1
     server.kill()
-    server.wait()
     with effectq.run("r2", store=store), pytest.raises(effectq.StoreError, match="claim failed"):
         act()
     assert calls == [1]
 
 
 def test_redis_failing_after_the_side_effect_returns_the_result(
-    own_redis: tuple[str, subprocess.Popen[bytes]], caplog: pytest.LogCaptureFixture
+    own_redis: tuple[str, Server], caplog: pytest.LogCaptureFixture
 ) -> None:
     """The effect applied but Redis died before the record: the caller gets its result, and a loud log."""
     url, server = own_redis
@@ -239,7 +208,6 @@ def test_redis_failing_after_the_side_effect_returns_the_result(
     @effectq.effect
     def act() -> str:
         server.kill()
-        server.wait()
         return "applied"
 
     with effectq.run("r1", store=store), caplog.at_level("ERROR", logger="effectq.complete"):
