@@ -60,7 +60,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--namespace", "-n", help="ignored: each run works in a namespace of its own")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--amqp-url", default=AMQP_URL, help="RabbitMQ broker")
-    p.add_argument("--timeout", type=float, default=TIMEOUT, help="give up after SECONDS")
+    p.add_argument("--timeout", type=float, help="give up after SECONDS (default: the size's)")
     p.add_argument("--seed", type=int, help="seed the victims and moments")
     p.add_argument("--log-dir", help="keep worker logs here")
     p.add_argument("--workload", default="effectq.chaos.workload", metavar="MODULE",
@@ -85,7 +85,7 @@ def options_from(args: argparse.Namespace) -> Options:
         lease=args.lease,
         redis_url=args.redis_url,
         amqp_url=args.amqp_url,
-        timeout=args.timeout,
+        timeout=args.timeout or size.get("timeout", TIMEOUT),
         seed=args.seed,
         log_dir=args.log_dir,
         workload=args.workload,
