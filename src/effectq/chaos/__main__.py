@@ -15,7 +15,17 @@ import sys
 from collections.abc import Sequence
 from dataclasses import replace
 
-from .runner import AMQP_URL, CONFIGURATIONS, REDIS_URL, SIZES, TIMEOUT, Options, Report, run_chaos
+from .runner import (
+    AMQP_URL,
+    CONFIGURATIONS,
+    REDIS_URL,
+    SIZE_TIMEOUTS,
+    SIZES,
+    TIMEOUT,
+    Options,
+    Report,
+    run_chaos,
+)
 
 __all__ = ["main", "parser"]
 
@@ -85,7 +95,7 @@ def options_from(args: argparse.Namespace) -> Options:
         lease=args.lease,
         redis_url=args.redis_url,
         amqp_url=args.amqp_url,
-        timeout=args.timeout or size.get("timeout", TIMEOUT),
+        timeout=args.timeout or SIZE_TIMEOUTS.get(args.size, TIMEOUT),
         seed=args.seed,
         log_dir=args.log_dir,
         workload=args.workload,
