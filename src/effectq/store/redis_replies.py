@@ -14,6 +14,7 @@ from .base import Claim, ClaimKind, Record, ResultState, Status
 
 __all__ = [
     "STATUS",
+    "completed_claim",
     "decode_claim",
     "decode_hash",
     "decode_packed",
@@ -66,23 +67,14 @@ def when(ms: Any) -> datetime | None:
 
 def decode_claim(key: str, reply: Any) -> Claim:
     """The one place claim replies are read (their layouts are in claim.lua)."""
+    if type(reply) is bytes:  # a completed record: the packed string itself
+        return completed_claim(key, reply)
     try:
-        code = int(reply[0])
-        if code == 2:
-            state = RESULT_STATES.get(reply[4])
-            if state is None:
-                raise CorruptRecordError(key, f"result state {text(reply[4])!r}")
-            hint = reply[6] if len(reply) > 6 else None
-            return Claim(
-                ClaimKind.COMPLETED,
-                token=int(reply[1]),
-                attempt=int(reply[2]),
-                status=Status.COMPLETED,
-                result=reply[3] if state is ResultState.STORED else None,
-                result_state=state,
-                input_hash=text(reply[5]),
-                prefetch_hint=hint if isinstance(hint, bytes) else None,
-            )
+        code = reply[0]
+        if type(code) is bytes:  # a completed record and the run's index
+            hint = reply[1] if len(reply) > 1 else None
+            return completed_claim(key, code, hint if isinstance(hint, bytes) else None)
+        code = int(code)
         if code in (1, 5):
             return Claim(
                 CODES[code],
@@ -113,8 +105,6 @@ def decode_claim(key: str, reply: Any) -> Claim:
     except (TypeError, ValueError, IndexError, KeyError) as exc:
         raise StoreError(f"effectq claim got an unexpected reply for key {key!r}: {reply!r}") from exc
     what = text(reply[1]) if code == -1 and len(reply) > 1 else f"reply code {code}"
-    if what == "packed":
-        raise CorruptRecordError(key, "a string that is not a packed completed record")
     if what.startswith("status "):
         raise CorruptRecordError(key, f"status {what[7:]!r}")
     raise CorruptRecordError(key, f"the Redis key holds another type ({what})")
@@ -185,21 +175,29 @@ def decode_hash(key: str, fields: dict[bytes, bytes], pttl: int) -> Record:
     )
 
 
+def completed_claim(key: str, packed: bytes, hint: bytes | None = None) -> Claim:
+    """A COMPLETED claim from a packed record (complete.lua has the layout), or a clear error."""
+    parts = packed.split(b"\n", 10)
+    if len(parts) != 11 or parts[0] != b"c1" or not parts[1].isdigit() or not parts[2].isdigit():
+        raise CorruptRecordError(key, "a string that is not a packed completed record")
+    state = RESULT_STATES.get(parts[3])
+    if state is None:
+        raise CorruptRecordError(key, f"result state {text(parts[3])!r}")
+    return Claim(
+        ClaimKind.COMPLETED,
+        token=int(parts[1]),
+        attempt=int(parts[2]),
+        status=Status.COMPLETED,
+        result=parts[10] if state is ResultState.STORED else None,
+        result_state=state,
+        input_hash=parts[8].decode("utf-8", "replace"),
+        prefetch_hint=hint,
+    )
+
+
 def packed_claim(packed: bytes) -> Claim | None:
     """A COMPLETED claim from a packed record (None if it is not one)."""
-    parts = packed.split(b"\n", 10)
-    if len(parts) != 11 or parts[0] != b"c1":
-        return None
     try:
-        state = ResultState(parts[3].decode())
-        return Claim(
-            ClaimKind.COMPLETED,
-            token=int(parts[1]),
-            attempt=int(parts[2]),
-            status=Status.COMPLETED,
-            result=parts[10] if state is ResultState.STORED else None,
-            result_state=state,
-            input_hash=parts[8].decode(),
-        )
-    except ValueError:
+        return completed_claim("", packed)
+    except CorruptRecordError:
         return None

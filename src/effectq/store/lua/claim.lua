@@ -18,10 +18,11 @@ ARGV[4] input hash, or ""
 ARGV[5] effect name        ARGV[6] run id        ARGV[7] effect key
 ARGV[8] retention of a pending record, ms
 
-Reply, by its first element:
+Reply: a completed record is the packed string itself, as a bulk string (the caller reads it:
+a replay costs the server one GET); with the "i" flag {packed, run index}. Else, by the first
+element:
    1 CLAIMED    {1, token, attempt, status, error}  the caller holds a dispatched claim: execute
                 (error: why an unknown is being re-run, when replay_safe re-dispatched it)
-   2 COMPLETED  {2, token, attempt, result, result state, input hash[, run index]}
    3 IN_FLIGHT  {3, token, attempt, status, remaining lease ms, holder}
    4 UNKNOWN    {4, token, attempt, error, last holder, input hash}  maybe applied
    5 RECONCILE  {5, token, attempt, status, error}  the caller holds a lease to ask the remote
@@ -32,19 +33,19 @@ A retried claim of the same owner (and a retried complete or dispatch of the sam
 a WAIT that follows the retry then covers the first try's write as well.
 ]]
 local rec = KEYS[1]
-local r = redis.pcall('HMGET', rec, 's', 't', 'a', 'x', 'o', 'i', 'e')
-if r['err'] then
-  -- Not a hash: a completed record (one packed string), or not a record effectq wrote.
-  local packed = redis.pcall('GET', rec)
-  if type(packed) ~= 'string' then return {-1, redis.call('TYPE', rec)['ok']} end
-  local tok, att, state, ihash, result_at = string.match(packed,
-    '^c1\n(%d+)\n(%d+)\n([^\n]*)\n[^\n]*\n[^\n]*\n[^\n]*\n[^\n]*\n([^\n]*)\n[^\n]*\n()')
-  if not tok then return {-1, 'packed'} end
-  local reply = {2, tonumber(tok), tonumber(att), string.sub(packed, result_at), state, ihash}
+-- GET first: a completed record answers at once, and a free key needs no second look. Only a
+-- record in flight, released or unknown (a hash) pays for the failed GET and an HMGET.
+local packed = redis.pcall('GET', rec)
+if type(packed) == 'string' then
   if KEYS[4] and string.find(ARGV[3], 'i', 1, true) then
-    reply[7] = redis.call('GET', KEYS[4])
+    return {packed, redis.call('GET', KEYS[4])}
   end
-  return reply
+  return packed
+end
+local r = {}
+if packed then
+  r = redis.pcall('HMGET', rec, 's', 't', 'a', 'x', 'o', 'i', 'e')
+  if r['err'] then return {-1, redis.call('TYPE', rec)['ok']} end
 end
 
 local open, doubt = KEYS[2], KEYS[3]
