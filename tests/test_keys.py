@@ -16,8 +16,11 @@ from typing import Any
 
 import pydantic
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import effectq
+from effectq import keys
 from effectq.canonical import MAX_DEPTH, canonical_json
 from effectq.keys import check_key, default_key, effect_marker, find_markers, has_marker, idempotency_key
 
@@ -184,3 +187,26 @@ def test_markers_round_trip() -> None:
     assert list(find_markers(body)) == [key, "other"]
     assert has_marker(body, key)
     assert not has_marker("Thanks!", key)
+
+
+_PIECES = st.lists(st.sampled_from([*"ab:-_.0f9<>[]@+/ \n:é", "0123456789abcdef" * 4]), max_size=8)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    run_id=_PIECES.map("".join),
+    name=_PIECES.map("".join),
+    tail=st.one_of(
+        st.just("0123456789abcdef" * 4),
+        st.text(st.sampled_from("0123456789abcdefA:"), min_size=63, max_size=65),
+        _PIECES.map("".join),
+    ),
+)
+def test_split_default_key_agrees_with_the_pattern(run_id: str, name: str, tail: str) -> None:
+    """The fast split answers exactly as the default-key pattern: where a record lives depends on it."""
+    key = f"{run_id}:{name}:{tail}"
+    match = keys._DEFAULT_KEY.fullmatch(key)
+    expected = None if match is None else match.groups()
+    assert keys.split_default_key(key) == expected
+    alone = keys._DEFAULT_KEY.fullmatch(tail)
+    assert keys.split_default_key(tail) == (None if alone is None else alone.groups())

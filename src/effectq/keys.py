@@ -103,10 +103,23 @@ def idempotency_key(namespace: str, key: str) -> str:
 _DEFAULT_KEY = re.compile(r"(.+):([A-Za-z0-9_.<>/\-\[\]@+]{1,200}):([0-9a-f]{64})", re.S)
 
 
+_NAME_PART = re.compile(r"[A-Za-z0-9_.<>/\-\[\]@+]{1,200}")
+_HEX_DIGITS = frozenset("0123456789abcdef")
+
+
 def split_default_key(key: str) -> tuple[str, str, str] | None:
-    """(run id, effect name, input hash) of a key shaped like a default key, else None."""
-    match = _DEFAULT_KEY.fullmatch(key)
-    return None if match is None else (match.group(1), match.group(2), match.group(3))
+    """(run id, effect name, input hash) of a key shaped like a default key, else None.
+
+    The same answer as ``_DEFAULT_KEY.fullmatch`` (the name holds no colon and the
+    hash none, so both are the last segments), without its backtracking.
+    """
+    head, _, input_hash = key.rpartition(":")
+    if len(input_hash) != 64 or not _HEX_DIGITS.issuperset(input_hash):
+        return None
+    run_id, colon, name = head.rpartition(":")
+    if not colon or not run_id or _NAME_PART.fullmatch(name) is None:
+        return None
+    return run_id, name, input_hash
 
 
 def key_digest(namespace: str, key: str) -> str:

@@ -150,11 +150,11 @@ class EffectOptions:
     maybe_applied: Callable[[BaseException], bool] = field(default_factory=lambda: classifier(None))
     max_result_bytes: int = 64 * 1024
     result_type: Any = FROM_ANNOTATION
+    lease_ms: int = field(init=False, repr=False, compare=False)
+    """The lease in milliseconds, as the store takes it (computed once: every call sends it)."""
+    retention_ms: int = field(init=False, repr=False, compare=False)
+    """The retention in milliseconds."""
 
-    @property
-    def lease_ms(self) -> int:
-        return max(1, int(self.lease * 1000))
-
-    @property
-    def retention_ms(self) -> int:
-        return max(1, int(self.retention * 1000))
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "lease_ms", max(1, int(self.lease * 1000)))
+        object.__setattr__(self, "retention_ms", max(1, int(self.retention * 1000)))
