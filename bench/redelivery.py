@@ -27,18 +27,21 @@ except ImportError:  # imported as bench.redelivery
 
 
 class RoundTrips:
-    """Counts round trips: every command or pipeline takes one connection from the pool."""
+    """Counts round trips as the commands the benchmark's own Redis processed.
+
+    The store sends one command per round trip (no pipelines here), on redis-py's
+    pool or on its own lane beside it, so the server's count is the one to trust.
+    Reading it is a command too (``INFO``), which is taken off.
+    """
 
     def __init__(self, client: redis.Redis) -> None:
-        self.count = 0
-        pool = client.connection_pool
-        take = pool.get_connection
+        self._client = client
 
-        def counted(*args: Any, **kwargs: Any) -> Any:
-            self.count += 1
-            return take(*args, **kwargs)
-
-        pool.get_connection = counted  # type: ignore[method-assign]
+    @property
+    def count(self) -> int:
+        processed = int(self._client.info("stats")["total_commands_processed"])
+        self._reads = getattr(self, "_reads", 0) + 1
+        return processed - self._reads + 1
 
 
 def measure(url: str, sizes: list[int], repeat: int) -> list[dict[str, Any]]:

@@ -20,7 +20,6 @@ which routes each call to its slot's primary and follows ``MOVED``/``ASK``.
 
 from __future__ import annotations
 
-import inspect
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
@@ -39,18 +38,11 @@ from ..keys import check_namespace, key_digest, split_default_key
 from ..options import Duration, seconds
 from .base import Claim, ClaimKind, ClaimRequest, Record, ResultState, Status, Unsubscribe
 from .cluster import check_cluster, cluster_from_url, is_cluster, is_cluster_url
+from .lane import lane_for
 from .notify import Notifier
 from .redis_ops import RedisOperations
 from .redis_replies import STATUS, decode_claim, decode_read, packed_claim, text, when
 from .replicas import run_and_wait
-
-try:
-    from redis.exceptions import NoScriptError as _NoScriptError
-except ImportError:  # pragma: no cover - the store is unusable without redis-py anyway
-
-    class _NoScriptError(Exception):  # type: ignore[no-redef]
-        pass
-
 
 if TYPE_CHECKING:
     import redis as _redis
@@ -60,6 +52,9 @@ __all__ = ["RedisStore"]
 log = logging.getLogger("effectq.store")
 
 _SCRIPTS = ("claim", "complete", "release", "mark_unknown", "dispatch", "renew", "resolve", "read", "purge")
+_RETRY_SAFE = frozenset({"claim", "complete", "renew", "read"})
+"""Scripts that may run twice: a retried claim of the same owner gets its grant back, a
+completion or renewal of the same token is idempotent, a read writes nothing."""
 _DEFAULT_TIMEOUTS = {"socket_timeout": 5.0, "socket_connect_timeout": 5.0}
 
 
@@ -117,14 +112,16 @@ class RedisStore(RedisOperations):
         if self._sharded:
             check_cluster(client)
         self._publish = "s" if self._sharded else ""
-        self._scripts = {name: client.register_script(_lua(name)) for name in _SCRIPTS}
-        self._pool, self._pool_args = _lean_pool(client)
+        self._sources = {name: _lua(name) for name in _SCRIPTS}
+        self._scripts = {name: client.register_script(source) for name, source in self._sources.items()}
+        self._lane = lane_for(client)
         if self._sharded:
             channels = [f"{self._tag(f'{b:02x}')}:notify" for b in range(256)]
         else:
             channels = [f"{self._prefix}:{{{self._namespace}}}:notify"]
         self._notifier = Notifier(client, channels, sharded=self._sharded)
         self._layouts: dict[str, _Layout] = {}
+        self._runs: dict[str, tuple[str, str]] = {}
 
     @classmethod
     def from_url(
@@ -233,18 +230,21 @@ class RedisStore(RedisOperations):
             if parts is None:
                 tag, run_index = self._tag(digest), None
             else:
-                run_digest = key_digest(self._namespace, parts[0])
-                tag = self._tag(run_digest)
-                run_index = f"{tag}:run:{run_digest[2:34]}"
+                run_index, tag = self._run_index(parts[0])
             keys = [f"{tag}:{digest[:32]}", f"{tag}:open", f"{tag}:doubt"]
             layout = self._layouts[key] = _Layout(keys, run_index, bytes.fromhex(digest[:32]))
         return layout
 
     def _run_index(self, run_id: str) -> tuple[str, str]:
-        """(the run's index of completed records, the tag of its bucket)."""
-        run_digest = key_digest(self._namespace, run_id)
-        tag = self._tag(run_digest)
-        return f"{tag}:run:{run_digest[2:34]}", tag
+        """(the run's index of completed records, the tag of its bucket); remembered per run."""
+        found = self._runs.get(run_id)
+        if found is None:
+            if len(self._runs) >= 1024:
+                self._runs.clear()
+            run_digest = key_digest(self._namespace, run_id)
+            tag = self._tag(run_digest)
+            found = self._runs[run_id] = (f"{tag}:run:{run_digest[2:34]}", tag)
+        return found
 
     def _channel(self, record_key: str) -> str:
         """Where a record's notifications go: the namespace's channel, or on Cluster its bucket's."""
@@ -261,37 +261,13 @@ class RedisStore(RedisOperations):
     def _run(self, name: str, key: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
         script = self._scripts[name]
         try:
-            if self._pool is not None:
-                return self._evalsha(script, keys, args)
+            if self._lane is not None:
+                return self._lane.evalsha(
+                    script.sha, self._sources[name], keys, args, retry=name in _RETRY_SAFE
+                )
             return script(keys=keys, args=args)
         except Exception as exc:
             raise self._failure(name, key, exc) from exc
-
-    def _evalsha(self, script: Any, keys: Sequence[str], args: Sequence[Any]) -> Any:
-        """EVALSHA on a pooled connection, without redis-py's per-command machinery.
-
-        For a plain ``redis.Redis`` the command path costs more than the script: this
-        sends the same command on the same pool, loads the script after a NOSCRIPT
-        (a restart or SCRIPT FLUSH), and drops a connection that failed. Retrying is
-        the engine's: claims retry with the same owner, completions are idempotent
-        for their token.
-        """
-        pool = self._pool
-        conn = pool.get_connection(*self._pool_args)
-        try:
-            try:
-                conn.send_command("EVALSHA", script.sha, len(keys), *keys, *args)
-                return conn.read_response()
-            except _NoScriptError:
-                conn.send_command("SCRIPT", "LOAD", script.script)
-                conn.read_response()
-                conn.send_command("EVALSHA", script.sha, len(keys), *keys, *args)
-                return conn.read_response()
-        except BaseException:
-            conn.disconnect()  # the reply may be half read: never hand this socket out again
-            raise
-        finally:
-            pool.release(conn)
 
     def _run_replicated(self, name: str, key: str, keys: list[str], args: list[Any]) -> tuple[Any, int]:
         """A script whose write a failover must not lose: (reply, replicas that acknowledged).
@@ -514,6 +490,8 @@ class RedisStore(RedisOperations):
     def close(self) -> None:
         """Stop the notification listener (the client stays open: it is the caller's)."""
         self._notifier.close()
+        if self._lane is not None:
+            self._lane.close()
 
 
 class _Layout:
@@ -557,24 +535,6 @@ def _refusal(status: Status | None) -> str:
     if status in (Status.DISPATCHED, Status.PENDING):
         return "it is in flight with a live lease; wait for it, or for the lease to run out"
     return ""
-
-
-def _lean_pool(client: Any) -> tuple[Any, tuple[str, ...]]:
-    """The pool to send scripts on directly: only for a plain ``redis.Redis`` (not a subclass,
-    a cluster client, or a single-connection client), else None and scripts go through redis-py.
-    """
-    try:
-        import redis
-    except ImportError:  # pragma: no cover - a client without redis-py installed
-        return None, ()
-    pool = getattr(client, "connection_pool", None)
-    if type(client) is not redis.Redis or getattr(client, "connection", None) is not None:
-        return None, ()
-    if not isinstance(pool, redis.ConnectionPool):
-        return None, ()
-    parameter = inspect.signature(pool.get_connection).parameters.get("command_name")
-    needs_name = parameter is not None and parameter.default is inspect.Parameter.empty
-    return pool, ("EVALSHA",) if needs_name else ()
 
 
 def _import_redis() -> Any:

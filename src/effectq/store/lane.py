@@ -1,0 +1,205 @@
+"""EVALSHA on redis-py's own pooled connections, without its per-command machinery.
+
+A command through ``redis.Redis`` costs some 40 µs of Python beyond the round
+trip on loopback: the pool checkout and its observability hooks, argument
+encoding, retries, response callbacks. For the scripts every effect runs, that
+is more than the scripts cost Redis. The lane frames the ``EVALSHA`` itself,
+writes it on a connection of the client's pool, and reads the reply with that
+connection's own parser (hiredis when installed), so RESP2/RESP3, push messages,
+TLS and authentication stay redis-py's.
+
+Connections the lane used are kept on a small stack of its own (they stay
+checked out of the pool) and taken back first; a process that forks starts with
+an empty stack. A failed call disconnects its connection and hands it back to
+the pool, so a half-read reply never reaches another command.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import weakref
+from collections.abc import Sequence
+from typing import Any
+
+__all__ = ["Lane", "lane_for"]
+
+_lanes: weakref.WeakSet[Lane] = weakref.WeakSet()
+_lanes_lock = threading.Lock()
+
+
+def _forget_all() -> None:  # a forked child must not write on its parent's sockets
+    for lane in list(_lanes):
+        lane._idle = []
+
+
+os.register_at_fork(after_in_child=_forget_all)
+
+
+class Lane:
+    """Sends scripts on connections of ``pool``; see the module docstring.
+
+    Args:
+        pool: the client's ``redis.ConnectionPool``.
+        pool_args: what this redis-py's ``get_connection`` needs (old ones want a command name).
+        keep: how many idle connections the lane holds on to; more go back to the pool.
+    """
+
+    def __init__(self, pool: Any, pool_args: tuple[str, ...] = (), keep: int = 16) -> None:
+        import redis
+
+        self._pool = pool
+        self._pool_args = pool_args
+        self._keep = keep
+        self._idle: list[Any] = []
+        self._errors = (redis.ConnectionError, OSError)
+        self._timeout = (redis.TimeoutError, TimeoutError)
+        self._response_error = redis.ResponseError
+        self._noscript = redis.exceptions.NoScriptError
+        self._connection_error = redis.ConnectionError
+        self._heads: dict[tuple[bytes, int, int], bytes] = {}
+        with _lanes_lock:
+            _lanes.add(self)
+
+    def evalsha(
+        self, sha: str, source: str | bytes, keys: Sequence[Any], args: Sequence[Any], *, retry: bool
+    ) -> Any:
+        """``EVALSHA sha keys args``; loads ``source`` after a NOSCRIPT and runs it again.
+
+        ``retry``: the script may run twice (a retried claim with the same owner,
+        a completion with the same token): a connection that turns out dead (a
+        Redis restart closed it while idle) is replaced once. A timeout is never
+        retried: the script may be running.
+        """
+        frame = self._frame(sha, keys, args)
+        conn, reused = self._take()
+        try:
+            reply = self._send(conn, frame)
+        except self._timeout:
+            self._drop(conn)
+            raise
+        except self._errors:
+            self._drop(conn)
+            if not (retry and reused):
+                raise
+            conn, reused = self._pool.get_connection(*self._pool_args), False
+            try:
+                reply = self._send(conn, frame)
+            except BaseException:
+                self._drop(conn)
+                raise
+        except BaseException:
+            self._drop(conn)
+            raise
+        try:
+            if isinstance(reply, self._noscript):
+                self._send(conn, _command(b"SCRIPT", b"LOAD", source))
+                reply = self._send(conn, frame)
+        except BaseException:
+            self._drop(conn)
+            raise
+        self._give(conn)
+        if isinstance(reply, self._response_error):
+            raise reply
+        return reply
+
+    def close(self) -> None:
+        """Hand the idle connections back to the pool."""
+        idle, self._idle = self._idle, []
+        for conn in idle:
+            self._pool.release(conn)
+
+    # -- connections ---------------------------------------------------------------------
+
+    def _take(self) -> tuple[Any, bool]:
+        try:
+            return self._idle.pop(), True
+        except IndexError:
+            return self._pool.get_connection(*self._pool_args), False
+
+    def _give(self, conn: Any) -> None:
+        if len(self._idle) < self._keep:
+            self._idle.append(conn)
+        else:
+            self._pool.release(conn)
+
+    def _drop(self, conn: Any) -> None:
+        """A connection whose reply may be half read: closed, and the pool's again."""
+        try:
+            conn.disconnect()
+        finally:
+            self._pool.release(conn)
+
+    def _send(self, conn: Any, frame: bytes) -> Any:
+        sock = conn._sock
+        if sock is None:
+            conn.connect()
+            sock = conn._sock
+        try:
+            sock.sendall(frame)
+        except self._timeout:
+            raise
+        except OSError as exc:
+            raise self._connection_error(f"Error writing to {conn.host}:{conn.port}: {exc}") from exc
+        return conn._parser.read_response()
+
+    # -- framing -------------------------------------------------------------------------
+
+    def _frame(self, sha: str, keys: Sequence[Any], args: Sequence[Any]) -> bytes:
+        nkeys, nargs = len(keys), len(args)
+        head_key = (sha.encode(), nkeys, nargs)
+        head = self._heads.get(head_key)
+        if head is None:
+            head = self._heads[head_key] = b"*%d\r\n$7\r\nEVALSHA\r\n$40\r\n%b\r\n%b" % (
+                3 + nkeys + nargs,
+                head_key[0],
+                _bulk(nkeys),
+            )
+        return head + b"".join([_bulk(v) for v in keys] + [_bulk(v) for v in args])
+
+
+def _bulk(value: Any) -> bytes:
+    kind = type(value)
+    if kind is str:
+        data = value.encode()
+    elif kind is bytes:
+        data = value
+    elif kind is int:
+        data = b"%d" % value
+    elif isinstance(value, bytes | bytearray | memoryview):
+        data = bytes(value)
+    elif isinstance(value, int) and not isinstance(value, bool):
+        data = b"%d" % value
+    else:
+        raise TypeError(f"a script argument must be str, bytes or int, not {kind.__name__}")
+    return b"$%d\r\n%b\r\n" % (len(data), data)
+
+
+def _command(*parts: str | bytes) -> bytes:
+    return b"*%d\r\n" % len(parts) + b"".join(_bulk(p) for p in parts)
+
+
+def lane_for(client: Any) -> Lane | None:
+    """A lane for a plain ``redis.Redis`` on a ``redis.ConnectionPool``, else None.
+
+    Subclasses, cluster clients, single-connection clients, blocking pools (whose
+    bound the lane's held connections would eat into) and client-side caching
+    (whose invalidations arrive on the connection) go through redis-py.
+    """
+    try:
+        import redis
+    except ImportError:  # pragma: no cover - a client without redis-py installed
+        return None
+    pool = getattr(client, "connection_pool", None)
+    if type(client) is not redis.Redis or getattr(client, "connection", None) is not None:
+        return None
+    if type(pool) is not redis.ConnectionPool or getattr(pool, "cache", None) is not None:
+        return None
+    base = getattr(redis.connection, "AbstractConnection", redis.connection.Connection)
+    if not (isinstance(pool.connection_class, type) and issubclass(pool.connection_class, base)):
+        return None
+    import inspect
+
+    parameter = inspect.signature(pool.get_connection).parameters.get("command_name")
+    needs_name = parameter is not None and parameter.default is inspect.Parameter.empty
+    return Lane(pool, ("EVALSHA",) if needs_name else ())
