@@ -210,3 +210,19 @@ def test_split_default_key_agrees_with_the_pattern(run_id: str, name: str, tail:
     assert keys.split_default_key(key) == expected
     alone = keys._DEFAULT_KEY.fullmatch(tail)
     assert keys.split_default_key(tail) == (None if alone is None else alone.groups())
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text() | st.floats(allow_nan=False, allow_infinity=False),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=4),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(tree=_JSON)
+def test_the_encoder_made_once_writes_what_json_writes(tree: Any) -> None:
+    """Keys must not change with how the JSON is written: the same bytes as JSONEncoder.encode."""
+    from effectq import canonical
+
+    assert canonical._dumps(tree) == canonical._encoder.encode(tree).encode("utf-8")

@@ -43,6 +43,28 @@ MAX_DEPTH = 100
 """Deepest nesting accepted in an input; deeper input is refused with a clear error."""
 
 _encoder = json.JSONEncoder(ensure_ascii=False, allow_nan=False, sort_keys=True, separators=(",", ":"))
+_make_encoder = getattr(json.encoder, "c_make_encoder", None)
+_c_encoder = (
+    None
+    if _make_encoder is None
+    else _make_encoder(
+        None, _encoder.default, json.encoder.encode_basestring, None, ":", ",", True, False, False
+    )
+)
+
+
+def _dumps(tree: Any) -> bytes:
+    """``_encoder.encode(tree)`` as UTF-8, without building an encoder per call.
+
+    The same C encoder ``JSONEncoder.encode`` makes on every call, made once; no
+    circular-reference markers, since a canonical tree is built fresh (and the
+    canonicaliser refuses cycles itself).
+    """
+    if _c_encoder is None:  # pragma: no cover - interpreters without the C accelerator
+        return _encoder.encode(tree).encode("utf-8")
+    return "".join(_c_encoder(tree, 0)).encode("utf-8")
+
+
 _SCALARS = (str, int, bool, type(None))
 _MAX_EXACT = 2**53
 
@@ -58,7 +80,7 @@ def canonical_json(value: Any, *, argument: str = "input") -> bytes:
         InvalidInputError: the value (or something inside it) cannot be canonicalised.
     """
     tree = canonicalize(value, argument=argument)
-    return _encoder.encode(tree).encode("utf-8")
+    return _dumps(tree)
 
 
 def canonical_hash(value: Any, *, argument: str = "input") -> str:
@@ -225,6 +247,6 @@ class _Canon:
 def canonical_arguments(arguments: Mapping[str, Any]) -> bytes:
     """Canonical JSON of bound arguments; an error names the argument at fault."""
     if all(type(value) in _SCALARS for value in arguments.values()):  # already canonical
-        return _encoder.encode(arguments).encode("utf-8")
+        return _dumps(arguments)
     tree = {name: _Canon(name).convert(value, name, 0) for name, value in arguments.items()}
-    return _encoder.encode(tree).encode("utf-8")
+    return _dumps(tree)

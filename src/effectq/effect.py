@@ -139,8 +139,8 @@ class Effect(Generic[P, R]):
             bound.apply_defaults()
             arguments = dict(bound.arguments)
         options = self.options
-        codec = self.codec  # an unrecordable return type fails here, before a claim
-        del codec
+        if self._codec is None:
+            self.codec  # noqa: B018 - an unrecordable return type fails here, before a claim
         ordinal, seq = bound_run.next_ordinal(self.name)
         if options.key is None:
             input_hash = hashlib.sha256(canonical_arguments(self._keyed(arguments))).hexdigest()

@@ -81,6 +81,7 @@ notification costs at most this much latency)."""
 
 COMPLETE_RETRIES = (0.05, 0.2, 0.5)
 """Pauses between inline retries of a completion the store failed to take."""
+_COMPLETE_PAUSES = (*COMPLETE_RETRIES, None)
 
 CLAIM_RETRIES = (0.05, 0.25, None)
 """Pauses between tries of a claim whose round trip failed (None: give up)."""
@@ -259,13 +260,14 @@ def _claim(call: Call) -> Generator[Op, Any, tuple[Claim, int]]:
     for pause in CLAIM_RETRIES:
         started = time.time_ns()
         try:
-            claim = yield from _store(call, store.claim, key, call.request)
-        except CorruptRecordError:
-            raise
-        except ClaimNotReplicatedError as exc:
-            yield from _give_back(call, exc)
-            raise
-        except StoreError:
+            claim = yield StoreOp(store.claim, key, call.request)  # _store, inlined: every call passes here
+        except StoreError as exc:
+            _emit(call, EventKind.STORE_ERROR, started, error=str(exc), step="claim")
+            if isinstance(exc, CorruptRecordError):
+                raise
+            if isinstance(exc, ClaimNotReplicatedError):
+                yield from _give_back(call, exc)
+                raise
             if pause is None:
                 heartbeat.defer(
                     _abandon(call), f"release of the unanswered claim of {key}", for_seconds=600.0
@@ -572,10 +574,14 @@ def _record(call: Call, token: int, value: Any, attempt: int = 0) -> Generator[O
             key,
         )
     kwargs = {"result": data, "result_state": state, "retention_ms": options.retention_ms}
-    for pause in (*COMPLETE_RETRIES, None):
+    for pause in _COMPLETE_PAUSES:
         started = time.time_ns()
         try:
-            recorded = yield from _store(call, store.complete, key, token, **kwargs)
+            try:  # _store, inlined: every first-time call passes here
+                recorded = yield StoreOp(store.complete, key, token, **kwargs)
+            except StoreError as exc:
+                _emit(call, EventKind.STORE_ERROR, started, error=str(exc), step="complete")
+                raise
         except CompletionNotReplicatedError as exc:
             _emit(call, EventKind.COMPLETED, started, attempt=attempt, error=str(exc))
             log_complete.error("effectq %s: %s", effect.name, exc)

@@ -82,9 +82,12 @@ class ResultState(enum.StrEnum):
     """An operator settled it as applied without giving the result (``effectq resolve --applied``)."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ClaimRequest:
-    """What a caller asks of :meth:`Store.claim`.
+    """What a caller asks of :meth:`Store.claim` (a value: read it, do not change it).
+
+    Not frozen only because every effect call builds one, and a frozen dataclass
+    costs twice as much to build.
 
     Attributes:
         lease_ms: lease to take, in milliseconds (judged by the store's clock).
@@ -114,9 +117,13 @@ class ClaimRequest:
     prefetch: bool = False
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Claim:
-    """The reply of :meth:`Store.claim`.
+    """The reply of :meth:`Store.claim` (a value: read it, do not change it; a store may hand
+    the same one to several calls, as a run's prefetch does).
+
+    Not frozen only because every effect call builds one, and a frozen dataclass
+    costs twice as much to build.
 
     Attributes:
         kind: what the claim found.

@@ -119,6 +119,7 @@ class RedisStore(RedisOperations):
             channels = [f"{self._tag(f'{b:02x}')}:notify" for b in range(256)]
         else:
             channels = [f"{self._prefix}:{{{self._namespace}}}:notify"]
+        self._namespace_channel = f"{self._prefix}:{{{self._namespace}}}:notify"
         self._notifier = Notifier(client, channels, sharded=self._sharded)
         self._layouts: dict[str, _Layout] = {}
         self._runs: dict[str, tuple[str, str]] = {}
@@ -250,7 +251,7 @@ class RedisStore(RedisOperations):
         """Where a record's notifications go: the namespace's channel, or on Cluster its bucket's."""
         if self._sharded:
             return record_key.rsplit(":", 1)[0] + ":notify"
-        return f"{self._prefix}:{{{self._namespace}}}:notify"
+        return self._namespace_channel
 
     def bucket_keys(self) -> Iterator[tuple[str, str]]:
         """Every (open index, doubt index) pair of this namespace, one per bucket."""
@@ -313,7 +314,7 @@ class RedisStore(RedisOperations):
         reply, acknowledged = self._run_replicated(
             "claim",
             key,
-            layout.keys if layout.run_index is None else [*layout.keys, layout.run_index],
+            layout.script_keys,
             [
                 request.lease_ms,
                 request.owner,
@@ -343,7 +344,7 @@ class RedisStore(RedisOperations):
     ) -> bool:
         payload = result if result_state is ResultState.STORED and result is not None else b""
         layout = self._layout_of(key)
-        keys = layout.keys if layout.run_index is None else [*layout.keys, layout.run_index]
+        keys = layout.script_keys
         reply, acknowledged = self._run_replicated(
             "complete",
             key,
@@ -497,12 +498,14 @@ class RedisStore(RedisOperations):
 class _Layout:
     """The Redis keys of one effect key."""
 
-    __slots__ = ("digest", "keys", "run_index")
+    __slots__ = ("digest", "keys", "run_index", "script_keys")
 
     def __init__(self, keys: list[str], run_index: str | None, digest: bytes) -> None:
         self.keys = keys
         self.run_index = run_index
         self.digest = digest
+        self.script_keys = keys if run_index is None else [*keys, run_index]
+        """What claim and complete take: the record, its bucket's indexes, the run's index."""
 
 
 class _Prefetched:
