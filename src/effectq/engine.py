@@ -346,7 +346,8 @@ def procedure(call: Call) -> Procedure:
             if kind is ClaimKind.COMPLETED:
                 value = _replay(call, claim)
                 _emit(call, EventKind.REPLAYED, started, attempt=claim.attempt)
-                yield from _prefetch(call, claim.prefetch_hint)
+                if claim.prefetch_hint is not None:
+                    yield from _prefetch(call, claim.prefetch_hint)
                 return value, False
             if kind is ClaimKind.CLAIMED:
                 token, attempt = claim.token, claim.attempt

@@ -311,21 +311,19 @@ class RedisStore(RedisOperations):
             + ("i" if request.prefetch else "")
         )
         layout = self._layout_of(key)
-        reply, acknowledged = self._run_replicated(
-            "claim",
+        args = [
+            request.lease_ms,
+            request.owner,
+            flags,
+            request.input_hash,
+            request.name,
+            request.run_id,
             key,
-            layout.script_keys,
-            [
-                request.lease_ms,
-                request.owner,
-                flags,
-                request.input_hash,
-                request.name,
-                request.run_id,
-                key,
-                request.retention_ms,
-            ],
-        )
+            request.retention_ms,
+        ]
+        if not self._wait_replicas:
+            return decode_claim(key, self._run("claim", key, layout.script_keys, args))
+        reply, acknowledged = self._run_replicated("claim", key, layout.script_keys, args)
         claim = decode_claim(key, reply)
         if claim.kind is ClaimKind.CLAIMED and self._short(acknowledged):
             raise ClaimNotReplicatedError(
