@@ -19,8 +19,12 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import redis
+import redis.connection
+
+from effectq.store.lane import Lane
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -145,3 +149,36 @@ def cleanup(url: str, *patterns: str) -> None:
         for i in range(0, len(keys), 500):
             client.delete(*keys[i : i + 500])
     client.close()
+
+
+class RoundTrips:
+    """Counts requests sent (a round trip each; a pipeline counts once), while entered.
+
+    Two paths write requests: redis-py's connections (``send_packed_command``) and
+    effectq's lane, which writes its scripts on those connections itself. The
+    server's own counters would not do: they count the commands a script runs too.
+    """
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._redis_send = redis.connection.AbstractConnection.send_packed_command
+        self._lane_send = Lane._send
+
+    def __enter__(self) -> RoundTrips:
+        redis_send, lane_send, counter = self._redis_send, self._lane_send, self
+
+        def redis_counted(conn: Any, command: Any, check_health: bool = True) -> None:
+            counter.count += 1
+            redis_send(conn, command, check_health)
+
+        def lane_counted(lane: Lane, conn: Any, frame: bytes) -> Any:
+            counter.count += 1
+            return lane_send(lane, conn, frame)
+
+        redis.connection.AbstractConnection.send_packed_command = redis_counted  # type: ignore[method-assign]
+        Lane._send = lane_counted  # type: ignore[method-assign]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        redis.connection.AbstractConnection.send_packed_command = self._redis_send  # type: ignore[method-assign]
+        Lane._send = self._lane_send  # type: ignore[method-assign]

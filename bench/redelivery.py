@@ -21,32 +21,13 @@ import redis
 import effectq
 
 try:
-    from common import percentile, redis_server, table
+    from common import RoundTrips, percentile, redis_server, table
 except ImportError:  # imported as bench.redelivery
-    from .common import percentile, redis_server, table
-
-
-class RoundTrips:
-    """Counts round trips as the commands the benchmark's own Redis processed.
-
-    The store sends one command per round trip (no pipelines here), on redis-py's
-    pool or on its own lane beside it, so the server's count is the one to trust.
-    Reading it is a command too (``INFO``), which is taken off.
-    """
-
-    def __init__(self, client: redis.Redis) -> None:
-        self._client = client
-
-    @property
-    def count(self) -> int:
-        processed = int(self._client.info("stats")["total_commands_processed"])
-        self._reads = getattr(self, "_reads", 0) + 1
-        return processed - self._reads + 1
+    from .common import RoundTrips, percentile, redis_server, table
 
 
 def measure(url: str, sizes: list[int], repeat: int) -> list[dict[str, Any]]:
     client = redis.Redis.from_url(url)
-    counter = RoundTrips(client)
     namespace = f"bench-r-{uuid.uuid4().hex[:8]}"
     store = effectq.RedisStore(client, namespace=namespace)
 
@@ -64,15 +45,15 @@ def measure(url: str, sizes: list[int], repeat: int) -> list[dict[str, Any]]:
                 with effectq.run(run_id, store=store):
                     for i in range(n):
                         step(i)
-                before = counter.count
-                began = time.perf_counter()
-                with effectq.run(run_id, store=store) as again:
-                    if mode == "one by one":
-                        again.prefetch_tried = True
-                    for i in range(n):
-                        step(i)
-                times.append(time.perf_counter() - began)
-                trips.append(counter.count - before)
+                with RoundTrips() as counter:
+                    began = time.perf_counter()
+                    with effectq.run(run_id, store=store) as again:
+                        if mode == "one by one":
+                            again.prefetch_tried = True
+                        for i in range(n):
+                            step(i)
+                    times.append(time.perf_counter() - began)
+                trips.append(counter.count)
                 assert again.stats.replayed == n and again.stats.executed == 0
             row[mode] = {"ms": percentile(times, 50) * 1000, "trips": percentile(trips, 50)}
         results.append(row)

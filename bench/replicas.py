@@ -29,43 +29,17 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import redis.connection
 from tests import servers
 
 import effectq
-from effectq.store.lane import Lane
+
+try:
+    from common import RoundTrips
+except ImportError:  # imported as bench.replicas
+    from .common import RoundTrips
 
 TIMEOUT = 0.5
 """replica_timeout of the waiting stores (and what a lagging replica costs each call)."""
-
-
-class Requests:
-    """Counts requests sent by every redis-py connection (a pipeline counts once), and by the
-    store's own lane (effectq.store.lane), which writes scripts on those connections itself."""
-
-    def __init__(self) -> None:
-        self.count = 0
-        self._original = redis.connection.AbstractConnection.send_packed_command
-        self._lane_send = Lane._send
-
-    def __enter__(self) -> Requests:
-        original, lane_send, counter = self._original, self._lane_send, self
-
-        def counted(conn: Any, command: Any, check_health: bool = True) -> None:
-            counter.count += 1
-            original(conn, command, check_health)
-
-        def lane_counted(lane: Lane, conn: Any, frame: bytes) -> Any:
-            counter.count += 1
-            return lane_send(lane, conn, frame)
-
-        redis.connection.AbstractConnection.send_packed_command = counted  # type: ignore[method-assign]
-        Lane._send = lane_counted  # type: ignore[method-assign]
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        redis.connection.AbstractConnection.send_packed_command = self._original  # type: ignore[method-assign]
-        Lane._send = self._lane_send  # type: ignore[method-assign]
 
 
 def measure(store: effectq.RedisStore, calls: int) -> dict[str, float]:
@@ -85,7 +59,7 @@ def measure(store: effectq.RedisStore, calls: int) -> dict[str, float]:
     out: dict[str, float] = {}
     for phase in ("first", "replay"):
         times: list[float] = []
-        with Requests() as sent:
+        with RoundTrips() as sent:
             for n in range(calls):
                 started = time.perf_counter()
                 with effectq.run(f"{prefix}-{n}", store=store):
