@@ -239,3 +239,61 @@ def test_wait_options_are_checked_when_the_store_is_built() -> None:
         effectq.RedisStore.from_url("redis://127.0.0.1:1/0", wait_replicas=1, replica_timeout=5)
     store = effectq.RedisStore.from_url("redis://127.0.0.1:1/0", wait_replicas=2, replica_timeout=0.25)
     assert store.wait_replicas == 2
+
+
+def test_the_wait_goes_out_with_the_script_in_one_write(pair: Pair, namespace: str) -> None:
+    """On the store's lane, EVALSHA and WAIT are one write and two replies, also after a SCRIPT FLUSH."""
+    from effectq.store.lane import Lane
+
+    store = store_on(pair.primary, namespace, wait_replicas=1)
+    assert store._lane is not None
+    frames: list[bytes] = []
+    send = Lane._send
+
+    def recording(lane: Lane, conn: Any, frame: bytes) -> Any:
+        frames.append(frame)
+        return send(lane, conn, frame)
+
+    applied: list[str] = []
+    act = counting(applied)
+    with effectq.run("warm", store=store):
+        act("warm@example.com")  # the scripts loaded on this new server
+    Lane._send = recording  # type: ignore[method-assign]
+    try:
+        with effectq.run("one-write", store=store):
+            assert act("a@example.com") == "sent to a@example.com"
+            pair.primary.client().script_flush()
+            assert act("b@example.com") == "sent to b@example.com"
+    finally:
+        Lane._send = send  # type: ignore[method-assign]
+
+    def pair_of(frame: bytes) -> bool:
+        return frame.count(b"\r\nEVALSHA\r\n") == 1 and frame.endswith(
+            b"$4\r\nWAIT\r\n$1\r\n1\r\n$3\r\n300\r\n"
+        )
+
+    assert pair_of(frames[0]) and pair_of(frames[1])  # claim, complete: one write each
+    loads = [i for i, frame in enumerate(frames) if b"\r\nSCRIPT\r\n$4\r\nLOAD\r\n" in frame]
+    assert loads and all(pair_of(frames[i + 1]) for i in loads)  # the flush: loaded, the pair sent again
+    assert applied == ["warm@example.com", "a@example.com", "b@example.com"]
+
+
+def test_a_client_without_the_lane_waits_through_a_pipeline(pair: Pair, namespace: str) -> None:
+    """A redis.Redis subclass keeps redis-py's path: the same wait, pipelined by redis-py."""
+    import redis
+
+    class Custom(redis.Redis):
+        pass
+
+    store = effectq.RedisStore(
+        Custom(port=pair.primary.port), namespace=namespace, wait_replicas=1, replica_timeout=TIMEOUT
+    )
+    assert store._lane is None
+    applied: list[str] = []
+    act = counting(applied)
+    with effectq.run("pipelined", store=store):
+        assert act("c@example.com") == "sent to c@example.com"
+    pair.hold()
+    with effectq.run("pipelined-2", store=store), pytest.raises(effectq.ClaimNotReplicatedError):
+        act("d@example.com")
+    assert applied == ["c@example.com"]

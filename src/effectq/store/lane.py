@@ -71,10 +71,42 @@ class Lane:
         Redis restart closed it while idle) is replaced once. A timeout is never
         retried: the script may be running.
         """
-        frame = self._frame(sha, keys, args)
+        reply = self._exchange(self._frame(sha, keys, args), source, retry, pair=False)
+        if isinstance(reply, self._response_error):
+            raise reply
+        return reply
+
+    def evalsha_wait(
+        self,
+        sha: str,
+        source: str | bytes,
+        keys: Sequence[Any],
+        args: Sequence[Any],
+        *,
+        replicas: int,
+        timeout_ms: int,
+        retry: bool,
+    ) -> tuple[Any, int]:
+        """``EVALSHA`` then ``WAIT replicas timeout_ms`` on the same connection, in one write.
+
+        ``WAIT`` counts the replicas that acknowledged the writes of its own
+        connection, so it must follow the script there. Returns (the script's
+        reply, how many replicas acknowledged).
+        """
+        frame = self._frame(sha, keys, args) + _command(b"WAIT", b"%d" % replicas, b"%d" % timeout_ms)
+        reply, acknowledged = self._exchange(frame, source, retry, pair=True)
+        if isinstance(reply, self._response_error):
+            raise reply
+        if isinstance(acknowledged, self._response_error):
+            raise acknowledged
+        return reply, int(acknowledged)
+
+    def _exchange(self, frame: bytes, source: str | bytes, retry: bool, *, pair: bool) -> Any:
+        """Write ``frame`` on a connection of the lane; read one reply, or two (``pair``)."""
+        send = self._send_pair if pair else self._send
         conn, reused = self._take()
         try:
-            reply = self._send(conn, frame)
+            answer = send(conn, frame)
         except self._timeout:
             self._drop(conn)
             raise
@@ -82,9 +114,9 @@ class Lane:
             self._drop(conn)
             if not (retry and reused):
                 raise
-            conn, reused = self._pool.get_connection(*self._pool_args), False
+            conn = self._pool.get_connection(*self._pool_args)
             try:
-                reply = self._send(conn, frame)
+                answer = send(conn, frame)
             except BaseException:
                 self._drop(conn)
                 raise
@@ -92,16 +124,14 @@ class Lane:
             self._drop(conn)
             raise
         try:
-            if isinstance(reply, self._noscript):
+            if isinstance(answer[0] if pair else answer, self._noscript):
                 self._send(conn, _command(b"SCRIPT", b"LOAD", source))
-                reply = self._send(conn, frame)
+                answer = send(conn, frame)
         except BaseException:
             self._drop(conn)
             raise
         self._give(conn)
-        if isinstance(reply, self._response_error):
-            raise reply
-        return reply
+        return answer
 
     def close(self) -> None:
         """Hand the idle connections back to the pool."""
@@ -142,6 +172,11 @@ class Lane:
         except OSError as exc:
             raise self._connection_error(f"Error writing to {conn.host}:{conn.port}: {exc}") from exc
         return conn._parser.read_response()
+
+    def _send_pair(self, conn: Any, frame: bytes) -> tuple[Any, Any]:
+        """Two commands written at once; both replies read, so none is left on the socket."""
+        first = self._send(conn, frame)
+        return first, conn._parser.read_response()
 
     # -- framing -------------------------------------------------------------------------
 

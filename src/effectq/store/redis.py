@@ -278,6 +278,16 @@ class RedisStore(RedisOperations):
         if not self._wait_replicas:
             return self._run(name, key, keys, args), 0
         try:
+            if self._lane is not None:
+                return self._lane.evalsha_wait(
+                    self._scripts[name].sha,
+                    self._sources[name],
+                    keys,
+                    args,
+                    replicas=self._wait_replicas,
+                    timeout_ms=self._replica_timeout_ms,
+                    retry=name in _RETRY_SAFE,
+                )
             return run_and_wait(
                 self._client,
                 self._scripts[name],
