@@ -22,6 +22,7 @@ import contention
 import e2e
 import latency
 import memory
+import pieces
 import redelivery
 from common import RESULTS, cleanup, machine, redis_server
 
@@ -120,6 +121,8 @@ def main(argv: list[str] | None = None) -> int:
         where = machine(url)
         lat = latency.measure(url, size["latency"])
         cleanup(url, *lat["cleanup"])
+        parts = pieces.measure(url, size["latency"])
+        cleanup(url, *parts["cleanup"])
         red = redelivery.measure(url, size["sizes"], size["repeat"])
         con = contention.measure(url, size["processes"], size["keys"], size["rounds"])
         mem = memory.measure(url, size["memory"])
@@ -131,6 +134,8 @@ def main(argv: list[str] | None = None) -> int:
         f"Machine: {where}.",
         "",
         latency.report(lat),
+        "",
+        pieces.report(parts),
         "",
         redelivery.report(red),
         "",
