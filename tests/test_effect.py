@@ -668,3 +668,27 @@ def test_redelivered_run_resumes_in_two_round_trips(redis_url: str, namespace: s
     assert resumed == ["EVALSHA", "MGET"]
     assert again.stats.replayed == 20
     assert applied == [*range(20), 99]
+
+
+def test_holding_a_lease_does_not_wake_the_heartbeat_each_call(
+    redis_store: effectq.RedisStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A short effect with the default lease takes its lease without waking the heartbeat thread.
+
+    Waking it on every call handed the GIL to another thread twice per effect.
+    """
+    from effectq.heartbeat import heartbeat
+
+    @effectq.effect
+    def act(n: int) -> int:
+        return n
+
+    with effectq.run(run_id(), store=redis_store):
+        act(-1)  # the heartbeat thread started
+        time.sleep(0.05)  # and went to sleep
+        wakes: list[object] = []
+        notify = heartbeat._cond.notify
+        monkeypatch.setattr(heartbeat._cond, "notify", lambda *a: (wakes.append(a), notify(*a)))
+        for n in range(300):
+            act(n)
+    assert len(wakes) <= 1  # at most the idle heartbeat's first look after a long sleep

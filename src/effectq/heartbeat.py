@@ -2,9 +2,10 @@
 
 A running effect holds a lease; the heartbeat renews it every third of the
 lease, so only a dead or stalled holder loses it. Holding a lease costs a dict
-insert and a heap push: no thread, timer or round trip per call, so a short
+insert: no thread, timer, wake-up or round trip per call, so a short
 effect pays nothing measurable. The thread starts on the first hold and
-sleeps until the earliest renewal is due.
+sleeps until the earliest renewal is due (idle, it looks again every second,
+so a new lease rarely has to wake it).
 
 The same thread retries writes that must not be lost when the store blips
 after a side effect (a completion, a release), with backoff, for as long as
@@ -28,6 +29,10 @@ if TYPE_CHECKING:
 __all__ = ["Heartbeat", "Lease", "heartbeat"]
 
 log = logging.getLogger("effectq.renew")
+
+IDLE_WAKE = 1.0
+"""Longest sleep of the heartbeat with no lease held, in seconds. A lease due later (any lease
+over 3 s: renewals come at a third of it) is taken without waking the thread."""
 repair_log = logging.getLogger("effectq.repair")
 
 
@@ -123,7 +128,9 @@ class Heartbeat:
             if due:
                 self._wake_at = float("inf")
                 return due
-            wake = min((lease.due for lease in leases), default=now + 3600.0)
+            # Idle, it looks again within IDLE_WAKE rather than sleep for long: a hold due
+            # later than that then needs no notify (one per call was a thread wake-up per call).
+            wake = min((lease.due for lease in leases), default=now + IDLE_WAKE)
             if self._repairs:
                 wake = min(wake, self._repairs[0][0])
             self._wake_at = wake
