@@ -14,6 +14,7 @@ import uuid
 
 import pytest
 import redis
+import redis.sentinel
 from redis._parsers import _RESP2Parser, _RESP3Parser
 
 import effectq
@@ -241,6 +242,8 @@ def test_other_clients_go_through_redis_py(redis_url: str) -> None:
     assert lane_for(redis.Redis.from_url(redis_url)) is not None
     assert lane_for(Custom.from_url(redis_url)) is None
     assert lane_for(redis.Redis(connection_pool=redis.BlockingConnectionPool.from_url(redis_url))) is None
+    sentinel = redis.sentinel.Sentinel([("127.0.0.1", 26379)])  # connects only when used
+    assert lane_for(sentinel.master_for("mymaster")) is None  # READONLY after a failover is its pool's
     if hasattr(redis, "cache"):  # client-side caching came with redis-py 5.1
         caching = redis.Redis.from_url(redis_url, protocol=3, cache_config=redis.cache.CacheConfig())
         assert lane_for(caching) is None
