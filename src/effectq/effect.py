@@ -24,11 +24,11 @@ from .engine import (
     Call,
     InvokeOp,
     drive_async,
-    drive_sync,
     new_owner,
     procedure,
     run_op_async,
     run_op_sync,
+    run_sync,
 )
 from .errors import ConfigurationError, InProgress, InvalidInputError, NoActiveRun
 from .flights import flights
@@ -180,7 +180,7 @@ class Effect(Generic[P, R]):
         if not leader:
             return _follow(flight, call)
         try:
-            value, _ = drive_sync(procedure(call), functools.partial(self._invoke_sync, args, kwargs))
+            value = run_sync(call, functools.partial(self._invoke_sync, args, kwargs))
         except BaseException as exc:
             flights.land(call.store, call.key, flight, error=exc)
             raise

@@ -27,7 +27,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Generator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import events
 from .codec import DecodeError
@@ -65,6 +65,7 @@ __all__ = [
     "procedure",
     "run_op_async",
     "run_op_sync",
+    "run_sync",
 ]
 
 log_claim = logging.getLogger("effectq.claim")
@@ -206,8 +207,28 @@ class SleepOp:
 
 
 Op = StoreOp | WatchOp | BlockOp | InvokeOp | ReconcileOp | SleepOp
+_T = TypeVar("_T")
 Procedure = Generator[Op, Any, tuple[Any, bool]]
 _NOT_FOUND = object()
+
+
+class First:
+    """What the first store operation of a step gave before the procedure took over.
+
+    :func:`run_sync` makes the first claim (or completion) itself and hands it on, so
+    the procedure carries on from there instead of sending it again.
+    """
+
+    __slots__ = ("error", "started", "value")
+
+    def __init__(self, started: int, value: Any = None, error: BaseException | None = None) -> None:
+        self.started, self.value, self.error = started, value, error
+
+    def take(self) -> Any:
+        """The value, or raise the error (as the yield of its operation would have)."""
+        if self.error is not None:
+            raise self.error
+        return self.value
 
 
 def is_crash(exc: BaseException) -> bool:
@@ -249,18 +270,23 @@ def _store(call: Call, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Gen
         raise
 
 
-def _claim(call: Call) -> Generator[Op, Any, tuple[Claim, int]]:
+def _claim(call: Call, first: First | None = None) -> Generator[Op, Any, tuple[Claim, int]]:
     """Claim, retrying a failed round trip with the same owner (the grant comes back, not a conflict).
 
     When every try fails, the claim may still have landed: nothing ran under it, so
     the heartbeat keeps trying to take it back and release it, rather than leave a
-    dispatched record to turn into a false unknown.
+    dispatched record to turn into a false unknown. ``first``: the first try, made
+    already.
     """
     store, key = call.store, call.key
     for pause in CLAIM_RETRIES:
         started = time.time_ns()
         try:
-            claim = yield StoreOp(store.claim, key, call.request)  # _store, inlined: every call passes here
+            if first is not None:
+                started, taken, first = first.started, first, None
+                claim = taken.take()
+            else:
+                claim = yield StoreOp(store.claim, key, call.request)  # _store inlined: every call comes here
         except StoreError as exc:
             _emit(call, EventKind.STORE_ERROR, started, error=str(exc), step="claim")
             if isinstance(exc, CorruptRecordError):
@@ -322,8 +348,11 @@ def _abandon(call: Call) -> Callable[[], None]:
     return abandon
 
 
-def procedure(call: Call) -> Procedure:
-    """Claim the effect and do what the claim says. Returns (value, executed)."""
+def procedure(call: Call, first: First | None = None) -> Procedure:
+    """Claim the effect and do what the claim says. Returns (value, executed).
+
+    ``first``: the first claim, made already (see :func:`run_sync`).
+    """
     effect, store, key = call.effect, call.store, call.key
     options = effect.options
     waiting_since: int | None = None
@@ -338,7 +367,8 @@ def procedure(call: Call) -> Procedure:
             return value, False
     try:
         while True:
-            claim, started = yield from _claim(call)
+            claim, started = yield from _claim(call, first)
+            first = None
             kind = claim.kind
             if kind is not ClaimKind.IN_FLIGHT and waiting_since is not None:
                 _emit(call, EventKind.WAITED, waiting_since)
@@ -511,50 +541,14 @@ def _reconcile(call: Call, claim: Claim) -> Generator[Op, Any, Any]:
 
 
 def _execute(call: Call, token: int, attempt: int) -> Generator[Op, Any, Any]:
-    effect, store, key = call.effect, call.store, call.key
-    options = effect.options
-    lease = heartbeat.hold(store, key, token, options.lease_ms)
+    options = call.effect.options
+    lease = heartbeat.hold(call.store, call.key, token, options.lease_ms)
     started = time.time_ns()
     try:
         value = yield InvokeOp(call.context(token, attempt, lease))
     except BaseException as exc:
-        heartbeat.drop(lease)
-        call.run.stats.failed += 1
-        if is_crash(exc):
-            raise
-        maybe = options.maybe_applied(exc)
-        _emit(
-            call,
-            EventKind.UNKNOWN if maybe else EventKind.RELEASED,
-            started,
-            attempt=attempt,
-            error=describe_exception(exc),
-            step="execute",
-        )
-        if maybe:
-            log_unknown.error(
-                "effectq %s raised %s, which may mean it applied: recorded as unknown (key %s)",
-                effect.name,
-                describe_exception(exc),
-                key,
-            )
-            yield from _write(
-                "mark_unknown", call, store.mark_unknown, key, token, error=describe_exception(exc)
-            )
-        else:
-            log_release.info(
-                "effectq %s raised %s: not applied, released (key %s)", effect.name, type(exc).__name__, key
-            )
-            yield from _write(
-                "release",
-                call,
-                store.release,
-                key,
-                token,
-                error=describe_exception(exc),
-                retention_ms=options.retention_ms,
-            )
-        raise
+        yield from _failed(call, token, attempt, lease, started, exc)
+        raise  # pragma: no cover - _failed raises
     heartbeat.drop(lease)
     call.run.stats.executed += 1
     _emit(call, EventKind.EXECUTED, started, attempt=attempt)
@@ -562,7 +556,53 @@ def _execute(call: Call, token: int, attempt: int) -> Generator[Op, Any, Any]:
     return value
 
 
-def _record(call: Call, token: int, value: Any, attempt: int = 0) -> Generator[Op, Any, None]:
+def _failed(
+    call: Call, token: int, attempt: int, lease: Any, started: int, exc: BaseException
+) -> Generator[Op, Any, None]:
+    """The function raised: record unknown or released (as its exception says), then raise it."""
+    effect, store, key = call.effect, call.store, call.key
+    options = effect.options
+    heartbeat.drop(lease)
+    call.run.stats.failed += 1
+    if is_crash(exc):
+        raise exc
+    maybe = options.maybe_applied(exc)
+    _emit(
+        call,
+        EventKind.UNKNOWN if maybe else EventKind.RELEASED,
+        started,
+        attempt=attempt,
+        error=describe_exception(exc),
+        step="execute",
+    )
+    if maybe:
+        log_unknown.error(
+            "effectq %s raised %s, which may mean it applied: recorded as unknown (key %s)",
+            effect.name,
+            describe_exception(exc),
+            key,
+        )
+        yield from _write("mark_unknown", call, store.mark_unknown, key, token, error=describe_exception(exc))
+    else:
+        log_release.info(
+            "effectq %s raised %s: not applied, released (key %s)", effect.name, type(exc).__name__, key
+        )
+        yield from _write(
+            "release",
+            call,
+            store.release,
+            key,
+            token,
+            error=describe_exception(exc),
+            retention_ms=options.retention_ms,
+        )
+    raise exc
+
+
+def _record(
+    call: Call, token: int, value: Any, attempt: int = 0, first: First | None = None
+) -> Generator[Op, Any, None]:
+    """Record the result; ``first``: the first completion, sent already (see :func:`run_sync`)."""
     effect, store, key = call.effect, call.store, call.key
     options = effect.options
     data, state, why = effect.codec.encode(value, options.max_result_bytes)
@@ -579,7 +619,11 @@ def _record(call: Call, token: int, value: Any, attempt: int = 0) -> Generator[O
         started = time.time_ns()
         try:
             try:  # _store, inlined: every first-time call passes here
-                recorded = yield StoreOp(store.complete, key, token, **kwargs)
+                if first is not None:
+                    started, taken, first = first.started, first, None
+                    recorded = taken.take()
+                else:
+                    recorded = yield StoreOp(store.complete, key, token, **kwargs)
             except StoreError as exc:
                 _emit(call, EventKind.STORE_ERROR, started, error=str(exc), step="complete")
                 raise
@@ -697,7 +741,66 @@ def run_op_sync(op: Op) -> Any:
     raise TypeError(f"not an operation: {op!r}")  # pragma: no cover
 
 
-def drive_sync(proc: Procedure, invoke: Callable[[EffectContext], Any]) -> tuple[Any, bool]:
+def run_sync(call: Call, invoke: Callable[[EffectContext], Any]) -> Any:
+    """Carry out a synchronous call: its two common outcomes straight through, the rest by the procedure.
+
+    A replay, and a first run whose claim, function and completion all succeed, take
+    the procedure's steps with its events, stats and logs, written out here without
+    its generator frames: between two round trips those cost more than the rest of
+    the call. Anything else (a run's prefetch, in flight, unknown, reconcile, a store
+    error, a function that raises, a result that is not recorded or a claim taken
+    over) hands what it has to the procedure's own step, which carries on from there.
+    """
+    if call.run.prefetched is not None:
+        return drive_sync(procedure(call), invoke)[0]
+    store, key = call.store, call.key
+    started = time.time_ns()
+    try:
+        claim = store.claim(key, call.request)
+    except BaseException as exc:
+        return drive_sync(procedure(call, First(started, error=exc)), invoke)[0]
+    kind = claim.kind
+    if kind is ClaimKind.COMPLETED:
+        value = _replay(call, claim)
+        _emit(call, EventKind.REPLAYED, started, attempt=claim.attempt)
+        if claim.prefetch_hint is not None:
+            drive_sync(_prefetch(call, claim.prefetch_hint), invoke)
+        return value
+    if kind is not ClaimKind.CLAIMED or claim.error:
+        return drive_sync(procedure(call, First(started, claim)), invoke)[0]
+    token, attempt = claim.token, claim.attempt
+    _emit(call, EventKind.CLAIMED, started, attempt=attempt)
+    options = call.effect.options
+    lease = heartbeat.hold(store, key, token, options.lease_ms)
+    started = time.time_ns()
+    try:
+        value = invoke(call.context(token, attempt, lease))
+    except BaseException as exc:
+        drive_sync(_failed(call, token, attempt, lease, started, exc), invoke)
+        raise  # pragma: no cover - _failed raises
+    heartbeat.drop(lease)
+    call.run.stats.executed += 1
+    _emit(call, EventKind.EXECUTED, started, attempt=attempt)
+    data, state, why = call.effect.codec.encode(value, options.max_result_bytes)
+    if state is not ResultState.STORED:
+        drive_sync(_record(call, token, value, attempt), invoke)
+        return value
+    started = time.time_ns()
+    try:
+        recorded = store.complete(
+            key, token, result=data, result_state=state, retention_ms=options.retention_ms
+        )
+    except BaseException as exc:
+        drive_sync(_record(call, token, value, attempt, First(started, error=exc)), invoke)
+        return value
+    if not recorded:
+        drive_sync(_record(call, token, value, attempt, First(started, recorded)), invoke)
+        return value
+    _emit(call, EventKind.COMPLETED, started, attempt=attempt, error=why)
+    return value
+
+
+def drive_sync(proc: Generator[Op, Any, _T], invoke: Callable[[EffectContext], Any]) -> _T:
     """Run the procedure, calling store primitives and the function directly."""
     value: Any = None
     error: BaseException | None = None
