@@ -263,10 +263,15 @@ def _emit(
     )
 
 
-def _store(call: Call, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Generator[Op, Any, Any]:
-    """One store primitive; a failure is reported as a store_error event and raised."""
-    started = time.time_ns()
+def _store(
+    call: Call, fn: Callable[..., Any], *args: Any, first: First | None = None, **kwargs: Any
+) -> Generator[Op, Any, Any]:
+    """One store primitive (or ``first``, its outcome in hand already); a failure is
+    reported as a store_error event and raised."""
+    started = time.time_ns() if first is None else first.started
     try:
+        if first is not None:
+            return first.take()
         return (yield StoreOp(fn, *args, **kwargs))
     except StoreError as exc:
         _emit(call, EventKind.STORE_ERROR, started, error=str(exc), step=getattr(fn, "__name__", "store"))
@@ -283,20 +288,16 @@ def _claim(call: Call, first: First | None = None) -> Generator[Op, Any, tuple[C
     """
     store, key = call.store, call.key
     for pause in CLAIM_RETRIES:
-        started = time.time_ns()
+        taken, first = first, None
+        started = time.time_ns() if taken is None else taken.started
         try:
-            if first is not None:
-                started, taken, first = first.started, first, None
-                claim = taken.take()
-            else:
-                claim = yield StoreOp(store.claim, key, call.request)  # _store inlined: every call comes here
-        except StoreError as exc:
-            _emit(call, EventKind.STORE_ERROR, started, error=str(exc), step="claim")
-            if isinstance(exc, CorruptRecordError):
-                raise
-            if isinstance(exc, ClaimNotReplicatedError):
-                yield from _give_back(call, exc)
-                raise
+            claim = yield from _store(call, store.claim, key, call.request, first=taken)
+        except CorruptRecordError:
+            raise
+        except ClaimNotReplicatedError as exc:
+            yield from _give_back(call, exc)
+            raise
+        except StoreError:
             if pause is None:
                 heartbeat.defer(
                     _abandon(call), f"release of the unanswered claim of {key}", for_seconds=600.0
@@ -603,12 +604,18 @@ def _failed(
 
 
 def _record(
-    call: Call, token: int, value: Any, attempt: int = 0, first: First | None = None
+    call: Call,
+    token: int,
+    value: Any,
+    attempt: int = 0,
+    first: First | None = None,
+    encoded: tuple[bytes | None, ResultState, str] | None = None,
 ) -> Generator[Op, Any, None]:
-    """Record the result; ``first``: the first completion, sent already (see :func:`run_sync`)."""
+    """Record the result. :func:`run_sync` hands on what it did already: ``encoded``, the
+    result as the codec encoded it, and ``first``, the first completion's outcome."""
     effect, store, key = call.effect, call.store, call.key
     options = effect.options
-    data, state, why = effect.codec.encode(value, options.max_result_bytes)
+    data, state, why = encoded or effect.codec.encode(value, options.max_result_bytes)
     if state is not ResultState.STORED:
         log_complete.warning(
             "effectq %s applied but its result is not recorded (%s); a replay will raise "
@@ -619,17 +626,10 @@ def _record(
         )
     kwargs = {"result": data, "result_state": state, "retention_ms": options.retention_ms}
     for pause in _COMPLETE_PAUSES:
-        started = time.time_ns()
+        taken, first = first, None
+        started = time.time_ns() if taken is None else taken.started
         try:
-            try:  # _store, inlined: every first-time call passes here
-                if first is not None:
-                    started, taken, first = first.started, first, None
-                    recorded = taken.take()
-                else:
-                    recorded = yield StoreOp(store.complete, key, token, **kwargs)
-            except StoreError as exc:
-                _emit(call, EventKind.STORE_ERROR, started, error=str(exc), step="complete")
-                raise
+            recorded = yield from _store(call, store.complete, key, token, first=taken, **kwargs)
         except CompletionNotReplicatedError as exc:
             _emit(call, EventKind.COMPLETED, started, attempt=attempt, error=str(exc))
             log_complete.error("effectq %s: %s", effect.name, exc)
@@ -784,9 +784,9 @@ def run_sync(call: Call, invoke: Callable[[EffectContext], Any]) -> Any:
     heartbeat.drop(lease)
     call.run.stats.executed += 1
     _emit(call, EventKind.EXECUTED, started, attempt=attempt)
-    data, state, why = call.effect.codec.encode(value, options.max_result_bytes)
+    encoded = data, state, why = call.effect.codec.encode(value, options.max_result_bytes)
     if state is not ResultState.STORED:
-        drive_sync(_record(call, token, value, attempt), invoke)
+        drive_sync(_record(call, token, value, attempt, encoded=encoded), invoke)
         return value
     started = time.time_ns()
     try:
@@ -794,10 +794,10 @@ def run_sync(call: Call, invoke: Callable[[EffectContext], Any]) -> Any:
             key, token, result=data, result_state=state, retention_ms=options.retention_ms
         )
     except BaseException as exc:
-        drive_sync(_record(call, token, value, attempt, First(started, error=exc)), invoke)
+        drive_sync(_record(call, token, value, attempt, First(started, error=exc), encoded), invoke)
         return value
     if not recorded:
-        drive_sync(_record(call, token, value, attempt, First(started, recorded)), invoke)
+        drive_sync(_record(call, token, value, attempt, First(started, recorded), encoded), invoke)
         return value
     _emit(call, EventKind.COMPLETED, started, attempt=attempt, error=why)
     return value

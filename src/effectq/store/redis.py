@@ -115,11 +115,11 @@ class RedisStore(RedisOperations):
         self._sources = {name: _lua(name) for name in _SCRIPTS}
         self._scripts = {name: client.register_script(source) for name, source in self._sources.items()}
         self._lane = lane_for(client)
+        self._namespace_channel = f"{self._prefix}:{{{self._namespace}}}:notify"
         if self._sharded:
             channels = [f"{self._tag(f'{b:02x}')}:notify" for b in range(256)]
         else:
-            channels = [f"{self._prefix}:{{{self._namespace}}}:notify"]
-        self._namespace_channel = f"{self._prefix}:{{{self._namespace}}}:notify"
+            channels = [self._namespace_channel]
         self._notifier = Notifier(client, channels, sharded=self._sharded)
         self._layouts: dict[str, _Layout] = {}
         self._runs: dict[str, tuple[str, str]] = {}
