@@ -142,6 +142,20 @@ def machine(url: str) -> str:
     )
 
 
+def main_sized(
+    doc: str | None, measure: Callable[[str, int], Any], report: Callable[[Any], str], default_n: int
+) -> None:
+    """The command line of a benchmark measured at one size: ``[-n N] [--redis-url URL]``."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=(doc or "").splitlines()[0])
+    parser.add_argument("-n", type=int, default=default_n)
+    parser.add_argument("--redis-url")
+    args = parser.parse_args()
+    with redis_server(args.redis_url) as url:
+        print(report(measure(url, args.n)))
+
+
 def cleanup(url: str, *patterns: str) -> None:
     client = redis.Redis.from_url(url)
     for pattern in patterns:

@@ -16,7 +16,6 @@ the bare-socket floor, which no client can beat.
 
 from __future__ import annotations
 
-import argparse
 import threading
 import uuid
 import warnings
@@ -28,9 +27,9 @@ import effectq
 from effectq import events
 
 try:
-    from common import Series, interleave, redis_server, table
+    from common import Series, interleave, main_sized, table
 except ImportError:  # imported as bench.latency
-    from .common import Series, interleave, redis_server, table
+    from .common import Series, interleave, main_sized, table
 
 
 def powertools_effect(client: redis.Redis) -> Any:
@@ -179,12 +178,7 @@ def report(result: dict[str, Any]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("-n", type=int, default=5000)
-    parser.add_argument("--redis-url")
-    args = parser.parse_args()
-    with redis_server(args.redis_url) as url:
-        print(report(measure(url, args.n)))
+    main_sized(__doc__, measure, report, default_n=5000)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,6 @@ length (the floor) and with Powertools' record of the same call.
 
 from __future__ import annotations
 
-import argparse
 import uuid
 import warnings
 from typing import Any
@@ -19,10 +18,10 @@ import redis
 import effectq
 
 try:
-    from common import redis_server, table
+    from common import main_sized, table
     from latency import powertools_effect
 except ImportError:  # imported as bench.memory
-    from .common import redis_server, table
+    from .common import main_sized, table
     from .latency import powertools_effect
 
 RESULT = {"id": "msg_01HX3K9Q2Z", "status": "sent"}
@@ -95,12 +94,7 @@ def report(r: dict[str, Any]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("-n", type=int, default=200)
-    parser.add_argument("--redis-url")
-    args = parser.parse_args()
-    with redis_server(args.redis_url) as url:
-        print(report(measure(url, args.n)))
+    main_sized(__doc__, measure, report, default_n=200)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,6 @@
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import itertools
 import timeit
@@ -30,10 +29,10 @@ from effectq.keys import default_key
 from effectq.store.base import ClaimRequest, ResultState
 
 try:
-    from common import Series, interleave, redis_server, table
+    from common import Series, interleave, main_sized, table
     from latency import BareSocket
 except ImportError:  # imported as bench.pieces
-    from .common import Series, interleave, redis_server, table
+    from .common import Series, interleave, main_sized, table
     from .latency import BareSocket
 
 
@@ -178,12 +177,7 @@ def report(result: dict[str, Any]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("-n", type=int, default=3000)
-    parser.add_argument("--redis-url")
-    args = parser.parse_args()
-    with redis_server(args.redis_url) as url:
-        print(report(measure(url, args.n)))
+    main_sized(__doc__, measure, report, default_n=3000)
 
 
 if __name__ == "__main__":
