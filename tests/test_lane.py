@@ -14,12 +14,14 @@ import uuid
 
 import pytest
 import redis
+from hypothesis import given, settings
+from hypothesis import strategies as st
 import redis.sentinel
 from redis._parsers import _RESP2Parser, _RESP3Parser
 
 import effectq
 from effectq.store.base import ClaimKind, ClaimRequest, ResultState
-from effectq.store.lane import Lane, lane_for
+from effectq.store.lane import Lane, _pack_command, lane_for
 
 from .conftest import delete_namespace
 
@@ -255,8 +257,9 @@ def test_bad_arguments_fail_before_anything_is_sent(redis_url: str) -> None:
     client = _client(redis_url)
     lane = lane_for(client)
     assert lane is not None
-    with pytest.raises(TypeError, match="str, bytes or int"):
-        lane.evalsha("0" * 40, "return 1", [], [1.5], retry=True)
+    for bad in (None, True, object()):
+        with pytest.raises(TypeError, match="str, bytes, int or float"):
+            lane.evalsha("0" * 40, "return 1", [], [bad], retry=True)
     assert not client.connection_pool._in_use_connections
     client.close()
 
@@ -310,3 +313,37 @@ def test_round_trips_through_the_lane(
     assert first == ["EVALSHA", "EVALSHA"]
     assert replay == ["EVALSHA"]
     assert resumed == ["EVALSHA", "redis-py"]  # the first replay brings the run's index; one MGET the rest
+
+
+_ARGUMENT = st.one_of(
+    st.text(max_size=40),
+    st.binary(max_size=40),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.floats(allow_nan=False, allow_infinity=False),
+)
+
+
+@pytest.mark.skipif(_pack_command is None, reason="this hiredis has no pack_command")
+@settings(max_examples=300, deadline=None)
+@given(keys=st.lists(_ARGUMENT, max_size=5), args=st.lists(_ARGUMENT, max_size=12))
+def test_hiredis_frames_a_script_call_as_the_python_framing_does(keys: list[object], args: list[object]) -> None:
+    """The lane frames with hiredis when it can; its bytes are the Python framing's, byte for byte."""
+    lane = Lane(redis.ConnectionPool())
+    sha = "a" * 40
+    assert lane._frame(sha, keys, args) == lane._frame_python(sha, keys, args)
+
+
+def test_arguments_reach_the_script_as_sent(redis_url: str) -> None:
+    """Through the lane's framing (hiredis's, and the Python one for what hiredis refuses), the
+    script sees each argument as redis-py would send it."""
+    client = _client(redis_url)
+    lane = lane_for(client)
+    assert lane is not None
+    echo = client.register_script("return ARGV")
+    values: list[object] = ["é-ü", b"\x00\r\n$", "", -7, 2**64, 1.25, bytearray(b"ba"), memoryview(b"mv")]
+    reply = lane.evalsha(echo.sha, echo.script, [], values, retry=True)
+    expected = [client.connection_pool.get_encoder().encode(v) for v in values]
+    assert reply == expected
+    assert echo(args=values) == expected  # redis-py's own path agrees
+    lane.close()
+    client.close()

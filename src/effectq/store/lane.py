@@ -24,6 +24,11 @@ from typing import Any
 
 __all__ = ["Lane", "lane_for"]
 
+try:  # hiredis frames a command in C: some 3 µs less per script call than the Python below
+    from hiredis import pack_command as _pack_command
+except ImportError:  # pragma: no cover - hiredis is optional; so is pack_command (hiredis >= 2.1)
+    _pack_command = None
+
 _lanes: weakref.WeakSet[Lane] = weakref.WeakSet()
 _lanes_lock = threading.Lock()
 
@@ -181,6 +186,14 @@ class Lane:
     # -- framing -------------------------------------------------------------------------
 
     def _frame(self, sha: str, keys: Sequence[Any], args: Sequence[Any]) -> bytes:
+        if _pack_command is not None:
+            try:
+                return _pack_command(("EVALSHA", sha, len(keys), *keys, *args))
+            except TypeError:
+                pass  # a type hiredis does not take (bytearray); framed below, or refused there
+        return self._frame_python(sha, keys, args)
+
+    def _frame_python(self, sha: str, keys: Sequence[Any], args: Sequence[Any]) -> bytes:
         nkeys, nargs = len(keys), len(args)
         head_key = (sha.encode(), nkeys, nargs)
         head = self._heads.get(head_key)
@@ -205,8 +218,10 @@ def _bulk(value: Any) -> bytes:
         data = bytes(value)
     elif isinstance(value, int) and not isinstance(value, bool):
         data = b"%d" % value
+    elif kind is float:
+        data = repr(value).encode()  # as redis-py and hiredis send a float
     else:
-        raise TypeError(f"a script argument must be str, bytes or int, not {kind.__name__}")
+        raise TypeError(f"a script argument must be str, bytes, int or float, not {kind.__name__}")
     return b"$%d\r\n%b\r\n" % (len(data), data)
 
 
