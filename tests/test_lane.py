@@ -14,9 +14,9 @@ import uuid
 
 import pytest
 import redis
+import redis.sentinel
 from hypothesis import given, settings
 from hypothesis import strategies as st
-import redis.sentinel
 from redis._parsers import _RESP2Parser, _RESP3Parser
 
 import effectq
@@ -326,7 +326,7 @@ _ARGUMENT = st.one_of(
 @pytest.mark.skipif(_pack_command is None, reason="this hiredis has no pack_command")
 @settings(max_examples=300, deadline=None)
 @given(keys=st.lists(_ARGUMENT, max_size=5), args=st.lists(_ARGUMENT, max_size=12))
-def test_hiredis_frames_a_script_call_as_the_python_framing_does(keys: list[object], args: list[object]) -> None:
+def test_hiredis_frames_as_the_python_framing_does(keys: list[object], args: list[object]) -> None:
     """The lane frames with hiredis when it can; its bytes are the Python framing's, byte for byte."""
     lane = Lane(redis.ConnectionPool())
     sha = "a" * 40
