@@ -104,7 +104,7 @@ _DEFAULT_KEY = re.compile(r"(.+):([A-Za-z0-9_.<>/\-\[\]@+]{1,200}):([0-9a-f]{64}
 
 
 _NAME_PART = re.compile(r"[A-Za-z0-9_.<>/\-\[\]@+]{1,200}")
-_HEX_DIGITS = frozenset("0123456789abcdef")
+_HEX64 = re.compile(r"[0-9a-f]{64}")
 
 
 def split_default_key(key: str) -> tuple[str, str, str] | None:
@@ -114,7 +114,7 @@ def split_default_key(key: str) -> tuple[str, str, str] | None:
     hash none, so both are the last segments), without its backtracking.
     """
     head, _, input_hash = key.rpartition(":")
-    if len(input_hash) != 64 or not _HEX_DIGITS.issuperset(input_hash):
+    if len(input_hash) != 64 or _HEX64.fullmatch(input_hash) is None:
         return None
     run_id, colon, name = head.rpartition(":")
     if not colon or not run_id or _NAME_PART.fullmatch(name) is None:
