@@ -153,17 +153,19 @@ class Effect(Generic[P, R]):
             except InvalidInputError:
                 input_hash = ""  # the key function is the identity; no mismatch check
         store = bound_run.store
+        # Positional, in ClaimRequest's field order: a class called with keywords builds a
+        # dict of them first, which costs more than the rest of building it.
         request = ClaimRequest(
-            lease_ms=options.lease_ms,
-            owner=new_owner(),
-            name=self.name,
-            run_id=bound_run.id,
-            input_hash=input_hash if options.key is not None else "",
-            can_reconcile=options.reconcile is not None,
-            replay_safe=options.replay_safe,
-            reconcile_first=options.reconcile is not None and options.reconcile_on is ReconcileOn.ALWAYS,
-            retention_ms=options.retention_ms,
-            prefetch=not bound_run.prefetch_tried,
+            options.lease_ms,  # lease_ms
+            new_owner(),  # owner
+            self.name,  # name
+            bound_run.id,  # run_id
+            input_hash if options.key is not None else "",  # input_hash
+            options.reconcile is not None,  # can_reconcile
+            options.replay_safe,  # replay_safe
+            options.reconcile is not None and options.reconcile_on is ReconcileOn.ALWAYS,  # reconcile_first
+            options.retention_ms,  # retention_ms
+            not bound_run.prefetch_tried,  # prefetch
         )
         return Call(self, bound_run, store, key, request.input_hash, arguments, ordinal, request)
 

@@ -151,16 +151,17 @@ class Call:
         self.request = request
 
     def context(self, token: int, attempt: int, lease: Any = None) -> EffectContext:
+        # Positional, in EffectContext's field order (keywords cost a dict per call).
         return EffectContext(
-            key=self.key,
-            run_id=self.run.id,
-            name=self.effect.name,
-            attempt=attempt,
-            namespace=self.store.namespace,
-            token=token,
-            ordinal=self.ordinal,
-            args=self.arguments,
-            _lease=lease,
+            self.key,  # key
+            self.run.id,  # run_id
+            self.effect.name,  # name
+            attempt,  # attempt
+            self.store.namespace,  # namespace
+            token,  # token
+            self.ordinal,  # ordinal
+            self.arguments,  # args
+            lease,  # _lease
         )
 
 

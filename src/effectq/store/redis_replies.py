@@ -75,13 +75,17 @@ def decode_claim(key: str, reply: Any) -> Claim:
             hint = reply[1] if len(reply) > 1 else None
             return completed_claim(key, code, hint if isinstance(hint, bytes) else None)
         code = int(code)
-        if code in (1, 5):
+        if code in (1, 5):  # positional, in Claim's field order: every first run reads one
             return Claim(
-                CODES[code],
-                token=int(reply[1]),
-                attempt=int(reply[2]),
-                status=STATUS[reply[3]],
-                error=text(reply[4]),
+                CODES[code],  # kind
+                int(reply[1]),  # token
+                int(reply[2]),  # attempt
+                STATUS[reply[3]],  # status
+                0,  # lease_ms
+                None,  # result
+                ResultState.STORED,  # result_state
+                "",  # input_hash
+                text(reply[4]),  # error
             )
         if code == 3:
             return Claim(
@@ -183,15 +187,18 @@ def completed_claim(key: str, packed: bytes, hint: bytes | None = None) -> Claim
     state = RESULT_STATES.get(parts[3])
     if state is None:
         raise CorruptRecordError(key, f"result state {text(parts[3])!r}")
-    return Claim(
-        ClaimKind.COMPLETED,
-        token=int(parts[1]),
-        attempt=int(parts[2]),
-        status=Status.COMPLETED,
-        result=parts[10] if state is ResultState.STORED else None,
-        result_state=state,
-        input_hash=parts[8].decode("utf-8", "replace"),
-        prefetch_hint=hint,
+    return Claim(  # positional, in Claim's field order: every replay reads one
+        ClaimKind.COMPLETED,  # kind
+        int(parts[1]),  # token
+        int(parts[2]),  # attempt
+        Status.COMPLETED,  # status
+        0,  # lease_ms
+        parts[10] if state is ResultState.STORED else None,  # result
+        state,  # result_state
+        parts[8].decode("utf-8", "replace"),  # input_hash
+        "",  # error
+        "",  # owner
+        hint,  # prefetch_hint
     )
 
 

@@ -1,0 +1,96 @@
+"""Objects every call builds are built positionally (a class called with keywords first builds
+a dict of them); each field must still land where its name says."""
+
+from __future__ import annotations
+
+import effectq
+from effectq.store.base import Claim, ClaimKind, ClaimRequest, ResultState, Status
+from effectq.store.redis_replies import completed_claim, decode_claim
+
+
+def _hook(key: str, args: object, ctx: object) -> None:
+    return None
+
+
+def test_a_call_asks_the_store_what_its_options_say() -> None:
+    store = effectq.MemoryStore()
+    plain = effectq.effect(name="pos.plain", lease=3, retention=5)(lambda n: n)
+    keyed = effectq.effect(
+        name="pos.keyed",
+        key=lambda args, ctx: f"k{args['n']}",
+        reconcile=_hook,
+        reconcile_on="always",
+        replay_safe=True,
+        lease=7,
+        retention=11,
+    )(lambda n: n)
+    with effectq.run("pos-run", store=store) as bound:
+        first = plain._prepare((1,), {})
+        assert first.request == ClaimRequest(
+            lease_ms=3000,
+            owner=first.request.owner,
+            name="pos.plain",
+            run_id="pos-run",
+            input_hash="",
+            can_reconcile=False,
+            replay_safe=False,
+            reconcile_first=False,
+            retention_ms=5000,
+            prefetch=True,
+        )
+        bound.prefetch_tried = True
+        second = keyed._prepare((2,), {})
+        assert second.request == ClaimRequest(
+            lease_ms=7000,
+            owner=second.request.owner,
+            name="pos.keyed",
+            run_id="pos-run",
+            input_hash=second.input_hash,
+            can_reconcile=True,
+            replay_safe=True,
+            reconcile_first=True,
+            retention_ms=11000,
+            prefetch=False,
+        )
+        flags = {
+            name: (c.request.can_reconcile, c.request.replay_safe, c.request.reconcile_first)
+            for name, c in (
+                ("reconcile", effectq.effect(name="pos.r", reconcile=_hook)(lambda n: n)._prepare((3,), {})),
+                ("safe", effectq.effect(name="pos.s", replay_safe=True)(lambda n: n)._prepare((3,), {})),
+            )
+        }
+        assert flags == {"reconcile": (True, False, False), "safe": (False, True, False)}
+        assert len(second.input_hash) == 32 and first.request.owner != second.request.owner
+        ctx = second.context(9, 4, None)
+        fields = (ctx.key, ctx.run_id, ctx.name, ctx.attempt, ctx.namespace, ctx.token, ctx.ordinal, ctx.args)
+        assert fields == (
+            "k2",
+            "pos-run",
+            "pos.keyed",
+            4,
+            store.namespace,
+            9,
+            0,
+            {"n": 2},
+        )
+        assert ctx._lease is None
+
+
+def test_claim_replies_read_into_the_fields_they_name() -> None:
+    packed = b"c1\n12\n3\n\n1700000000000\npos.name\nrun\n:0123456789abcdef\nabcd\n\nresult-bytes"
+    assert completed_claim("k", packed, b"hint") == Claim(
+        kind=ClaimKind.COMPLETED,
+        token=12,
+        attempt=3,
+        status=Status.COMPLETED,
+        result=b"result-bytes",
+        result_state=ResultState.STORED,
+        input_hash="abcd",
+        prefetch_hint=b"hint",
+    )
+    assert decode_claim("k", [1, 5, 2, b"d", b"why"]) == Claim(
+        kind=ClaimKind.CLAIMED, token=5, attempt=2, status=Status.DISPATCHED, error="why"
+    )
+    assert decode_claim("k", [5, 6, 0, b"p", b""]) == Claim(
+        kind=ClaimKind.RECONCILE, token=6, attempt=0, status=Status.PENDING
+    )
