@@ -19,11 +19,12 @@ from __future__ import annotations
 import os
 import threading
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 __all__ = ["Lane", "lane_for"]
 
+_pack_command: Callable[[tuple[Any, ...]], bytes] | None
 try:  # hiredis frames a command in C: some 3 µs less per script call than the Python below
     from hiredis import pack_command as _pack_command
 except ImportError:  # pragma: no cover - hiredis is optional; so is pack_command (hiredis >= 2.1)
