@@ -35,6 +35,7 @@ a WAIT that follows the retry then covers the first try's write as well.
 local rec = KEYS[1]
 -- GET first: a completed record answers at once, and a free key needs no second look. Only a
 -- record in flight, released or unknown (a hash) pays for the failed GET and an HMGET.
+-- The two common outcomes (a replay, a first run) come first, before any closure is made.
 local packed = redis.pcall('GET', rec)
 if type(packed) == 'string' then
   if KEYS[4] and string.find(ARGV[3], 'i', 1, true) then
@@ -42,11 +43,27 @@ if type(packed) == 'string' then
   end
   return packed
 end
-local r = {}
-if packed then
-  r = redis.pcall('HMGET', rec, 's', 't', 'a', 'x', 'o', 'i', 'e')
-  if r['err'] then return {-1, redis.call('TYPE', rec)['ok']} end
+if not packed then
+  -- a free key (a first run): the same grant as fresh_claim(now, 0, true) below
+  local clock = redis.call('TIME')
+  local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+  local status, att = 'd', 1
+  if string.find(ARGV[3], 'f', 1, true) then status, att = 'p', 0 end
+  local fields = {'s', status, 't', now, 'a', att, 'x', now + tonumber(ARGV[1]), 'o', ARGV[2],
+    'n', ARGV[5], 'u', ARGV[6], 'k', ARGV[7], 'm', now, 'c', now}
+  if ARGV[4] ~= '' then
+    fields[#fields + 1] = 'i'
+    fields[#fields + 1] = ARGV[4]
+  end
+  redis.call('HSET', rec, unpack(fields))
+  if status == 'p' then redis.call('PEXPIRE', rec, ARGV[8]) end
+  redis.call('ZADD', KEYS[2], now + tonumber(ARGV[1]), rec)
+  if status == 'p' then return {5, now, att, status, ''} end
+  return {1, now, att, status, ''}
 end
+-- Not a string: a hash (in flight, released, unknown), or another type.
+local r = redis.pcall('HMGET', rec, 's', 't', 'a', 'x', 'o', 'i', 'e')
+if r['err'] then return {-1, redis.call('TYPE', rec)['ok']} end
 
 local open, doubt = KEYS[2], KEYS[3]
 local lease, owner, flags = tonumber(ARGV[1]), ARGV[2], ARGV[3]
