@@ -3,6 +3,8 @@ a dict of them); each field must still land where its name says."""
 
 from __future__ import annotations
 
+import time
+
 import effectq
 from effectq.store.base import Claim, ClaimKind, ClaimRequest, ResultState, Status
 from effectq.store.redis_replies import completed_claim, decode_claim
@@ -94,3 +96,34 @@ def test_claim_replies_read_into_the_fields_they_name() -> None:
     assert decode_claim("k", [5, 6, 0, b"p", b""]) == Claim(
         kind=ClaimKind.RECONCILE, token=6, attempt=0, status=Status.PENDING
     )
+
+
+def test_events_carry_each_field_where_its_name_says() -> None:
+    from effectq import events
+
+    store = effectq.MemoryStore()
+    seen: list[events.Event] = []
+    double = effectq.effect(name="pos.events")(lambda n: n * 2)
+    unsubscribe = events.subscribe(seen.append)
+    try:
+        with effectq.run("pos-events", store=store):
+            started = time.time_ns()
+            double(4)
+            key = double.key(4)
+    finally:
+        unsubscribe()
+    assert [(e.kind, e.step, e.attempt) for e in seen] == [
+        (events.EventKind.CLAIMED, "claim", 1),
+        (events.EventKind.EXECUTED, "execute", 1),
+        (events.EventKind.COMPLETED, "complete", 1),
+    ]
+    for event in seen:
+        assert (event.name, event.key, event.run_id, event.namespace, event.error) == (
+            "pos.events",
+            key,
+            "pos-events",
+            store.namespace,
+            "",
+        )
+        assert isinstance(event.started_ns, int) and event.started_ns >= started
+        assert isinstance(event.duration, float) and 0 <= event.duration < 60

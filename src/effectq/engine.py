@@ -249,17 +249,17 @@ def _emit(
     if not events.listeners():
         return
     events.emit(
-        events.Event(
-            kind=kind,
-            name=call.effect.name,
-            key=call.key,
-            run_id=call.run.id,
-            namespace=call.store.namespace,
-            attempt=attempt,
-            started_ns=started_ns,
-            duration=(time.time_ns() - started_ns) / 1e9,
-            error=error,
-            step=step or events.STEPS[kind],
+        events.Event(  # positional, in Event's field order (keywords cost a dict per event)
+            kind,  # kind
+            call.effect.name,  # name
+            call.key,  # key
+            call.run.id,  # run_id
+            call.store.namespace,  # namespace
+            attempt,  # attempt
+            started_ns,  # started_ns
+            (time.time_ns() - started_ns) / 1e9,  # duration
+            error,  # error
+            step or events.STEPS[kind],  # step
         )
     )
 
