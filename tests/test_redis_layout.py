@@ -68,3 +68,18 @@ def test_a_run_lives_in_one_slot(redis_store: effectq.RedisStore) -> None:
     assert len(one_run) == 1
     runs = {key_slot(redis_store.record_key(f"run-{i}:e:{digest}").encode()) for i in range(500)}
     assert len(runs) > 200
+
+
+def test_record_keys_stay_where_earlier_releases_wrote_them() -> None:
+    """An upgrade must find the records it finds today: the layout of two keys, pinned."""
+    store = effectq.RedisStore.embedded(namespace="golden")
+    assert store.record_key("order-42") == "effectq:{golden:48}:4831c5a9cf0b903cdd8b10afde5399df"
+    default = "run-7:email.send:" + "ab" * 32
+    layout = store._layout_of(default)
+    assert layout.script_keys == [
+        "effectq:{golden:8c}:446eb6751e9e6a1b7057aa6ea825908e",
+        "effectq:{golden:8c}:open",
+        "effectq:{golden:8c}:doubt",
+        "effectq:{golden:8c}:run:e1862ff9cf8dd87c69af84ba86ec43d7",
+    ]
+    assert layout.digest.hex() == "446eb6751e9e6a1b7057aa6ea825908e"

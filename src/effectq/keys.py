@@ -15,6 +15,7 @@ import hashlib
 import re
 import uuid
 from collections.abc import Iterator
+from typing import Any
 from urllib.parse import unquote
 
 from .errors import ConfigurationError, InvalidKeyError
@@ -116,10 +117,20 @@ def split_default_key(key: str) -> tuple[str, str, str] | None:
     head, _, input_hash = key.rpartition(":")
     if len(input_hash) != 64 or _HEX64.fullmatch(input_hash) is None:
         return None
-    run_id, colon, name = head.rpartition(":")
-    if not colon or not run_id or _NAME_PART.fullmatch(name) is None:
+    split = _heads.get(head, _UNSEEN)
+    if split is _UNSEEN:  # one run's keys of one effect share their head: split it once
+        if len(_heads) >= 1024:
+            _heads.clear()
+        run_id, colon, name = head.rpartition(":")
+        split = _heads[head] = (run_id, name) if colon and run_id and _NAME_PART.fullmatch(name) else None
+    if split is None:
         return None
-    return run_id, name, input_hash
+    return split[0], split[1], input_hash
+
+
+_UNSEEN: Any = object()
+_heads: dict[str, tuple[str, str] | None] = {}
+"""``run id:name`` heads already split (None: not a default key's head)."""
 
 
 def key_digest(namespace: str, key: str) -> str:

@@ -20,6 +20,7 @@ which routes each call to its slot's primary and follows ``MOVED``/``ASK``.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
@@ -105,6 +106,7 @@ class RedisStore(RedisOperations):
             )
         self._client = client
         self._namespace = check_namespace(namespace)
+        self._digest_prefix = f"{self._namespace}\x00".encode()  # what key_digest hashes first
         self._prefix = check_namespace(prefix)
         self._wait_replicas = _replica_count(wait_replicas)
         self._replica_timeout_ms = max(1, round(seconds(replica_timeout, option="replica_timeout") * 1000))
@@ -226,14 +228,15 @@ class RedisStore(RedisOperations):
         if layout is None:
             if len(self._layouts) >= 4096:
                 self._layouts.clear()
-            digest = key_digest(self._namespace, key)
+            raw = hashlib.sha256(self._digest_prefix + key.encode()).digest()  # key_digest's bytes
+            digest = raw[:16].hex()
             parts = split_default_key(key)
             if parts is None:
                 tag, run_index = self._tag(digest), None
             else:
                 run_index, tag = self._run_index(parts[0])
-            keys = [f"{tag}:{digest[:32]}", f"{tag}:open", f"{tag}:doubt"]
-            layout = self._layouts[key] = _Layout(keys, run_index, bytes.fromhex(digest[:32]))
+            keys = [f"{tag}:{digest}", f"{tag}:open", f"{tag}:doubt"]
+            layout = self._layouts[key] = _Layout(keys, run_index, raw[:16])
         return layout
 
     def _run_index(self, run_id: str) -> tuple[str, str]:
