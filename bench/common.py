@@ -91,23 +91,31 @@ class Series:
         return percentile(self.samples, p) * 1e6
 
 
-def interleave(systems: dict[str, Callable[[int], None]], n: int, rounds: int = 10) -> dict[str, Series]:
+def interleave(
+    systems: dict[str, Callable[[int], None]],
+    n: int,
+    rounds: int = 10,
+    around: dict[str, Callable[[], contextlib.AbstractContextManager[object]]] | None = None,
+) -> dict[str, Series]:
     """Time ``n`` single calls of each system, in ``rounds`` interleaved batches.
 
     Each system gets the indexes 0..n-1 once, so a call never repeats another's
-    work by accident (first-time calls stay first-time).
+    work by accident (first-time calls stay first-time). ``around[name]()`` is
+    entered for each of that system's batches (a setting only it runs under).
     """
     series = {name: Series(name) for name in systems}
     per_round = max(1, n // rounds)
+    around = around or {}
     for start in range(0, n, per_round):
         stop = min(n, start + per_round)
         for name, call in systems.items():
             samples = series[name].samples
             clock = time.perf_counter
-            for i in range(start, stop):
-                began = clock()
-                call(i)
-                samples.append(clock() - began)
+            with around.get(name, contextlib.nullcontext)():
+                for i in range(start, stop):
+                    began = clock()
+                    call(i)
+                    samples.append(clock() - began)
     return series
 
 

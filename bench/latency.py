@@ -16,9 +16,11 @@ the bare-socket floor, which no client can beat.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import uuid
 import warnings
+from collections.abc import Iterator
 from typing import Any
 
 import redis
@@ -30,6 +32,11 @@ try:
     from common import Series, interleave, main_sized, table
 except ImportError:  # imported as bench.latency
     from .common import Series, interleave, main_sized, table
+
+
+WITH_LISTENER = "effectq, an event listener on"
+"""effectq with one event listener subscribed (as metrics or tracing would be): it records each
+transition's duration. Plain "effectq" has none, as by default."""
 
 
 def powertools_effect(client: redis.Redis) -> Any:
@@ -79,6 +86,10 @@ def measure(url: str, n: int) -> dict[str, Any]:
     def noop(i: int) -> int:
         return i
 
+    @effectq.effect(name="bench.noop_listened")
+    def listened(i: int) -> int:
+        return i
+
     powertools = powertools_effect(client)
     bare = BareSocket(client)
     transitions: dict[str, list[float]] = {"claim": [], "complete": [], "replay": []}
@@ -88,9 +99,16 @@ def measure(url: str, n: int) -> dict[str, Any]:
         if kind:
             transitions[kind].append(event.duration)
 
+    @contextlib.contextmanager
+    def listening() -> Iterator[None]:
+        unsubscribe = events.subscribe(listen)
+        try:
+            yield
+        finally:
+            unsubscribe()
+
     threads_before = threading.active_count()
     warnings.simplefilter("ignore")  # Powertools warns on every call outside Lambda
-    unsubscribe = events.subscribe(listen)
     try:
         with effectq.run(f"bench-{tag}", store=store) as bound:
             noop(-1)  # load the scripts
@@ -105,19 +123,21 @@ def measure(url: str, n: int) -> dict[str, Any]:
                     bare("SET", f"bare:{tag}:{i}", "result"),
                 ),
                 "effectq": noop,
+                WITH_LISTENER: listened,
             }
             replay: dict[str, Any] = {
                 "floor (GET)": lambda i: client.get(f"floor:{tag}:{i}"),
                 "bare socket (GET)": lambda i: bare("GET", f"bare:{tag}:{i}"),
                 "effectq": noop,
+                WITH_LISTENER: listened,
             }
             if powertools is not None:
                 first["Powertools"] = lambda i: powertools(payload={"n": i})
                 replay["Powertools"] = lambda i: powertools(payload={"n": i})
-            first_series = interleave(first, n)
-            replay_series = interleave(replay, n)
+            around = {WITH_LISTENER: listening}
+            first_series = interleave(first, n, around=around)
+            replay_series = interleave(replay, n, around=around)
     finally:
-        unsubscribe()
         warnings.resetwarnings()
     threads_after = threading.active_count()
     bare.close()
@@ -168,10 +188,10 @@ def report(result: dict[str, Any]) -> str:
     t = result["transitions"]
     out += [
         "",
-        "Per transition, as the engine saw each store round trip (µs): "
+        f"Per transition, as the engine saw each store round trip ({WITH_LISTENER}; µs): "
         + ", ".join(f"{k} p50 {s.us(50):.0f} / p95 {s.us(95):.0f}" for k, s in t.items() if s.samples)
         + ".",
-        f"Threads started by {2 * result['n']} effect calls: {result['threads_started']} "
+        f"Threads started by {4 * result['n']} effect calls: {result['threads_started']} "
         "(leases are renewed by one heartbeat thread per process, started once).",
     ]
     return "\n".join(out)
