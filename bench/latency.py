@@ -39,6 +39,11 @@ WITH_LISTENER = "effectq, an event listener on"
 transition's duration. Plain "effectq" has none, as by default."""
 
 
+NEW_PROCESS = "effectq, in a process new to the key"
+"""A replay where a redelivered task lands: a store that has not yet worked out where the key's
+record lives. Plain "effectq" replays in the process that ran the key (an in-process retry)."""
+
+
 def powertools_effect(client: redis.Redis) -> Any:
     """A Powertools idempotent function on ``client``, or None when Powertools is not installed."""
     try:
@@ -99,20 +104,38 @@ def measure(url: str, n: int) -> dict[str, Any]:
         if kind:
             transitions[kind].append(event.duration)
 
+    run_id = f"bench-{tag}"
+    listened_store = effectq.RedisStore(client, namespace=f"bench-{tag}")  # a layout memo of its own
+
+    @contextlib.contextmanager
+    def bound(to: effectq.RedisStore) -> Iterator[None]:
+        with effectq.run(run_id, store=to) as run:
+            run.prefetch_tried = True  # measure the single-claim replay, not a run's prefetch
+            yield
+
     @contextlib.contextmanager
     def listening() -> Iterator[None]:
         unsubscribe = events.subscribe(listen)
         try:
-            yield
+            with bound(listened_store):
+                yield
         finally:
             unsubscribe()
+
+    @contextlib.contextmanager
+    def new_process() -> Iterator[None]:
+        fresh = effectq.RedisStore(client, namespace=f"bench-{tag}")  # has seen none of the keys
+        try:
+            with bound(fresh):
+                yield
+        finally:
+            fresh.close()
 
     threads_before = threading.active_count()
     warnings.simplefilter("ignore")  # Powertools warns on every call outside Lambda
     try:
-        with effectq.run(f"bench-{tag}", store=store) as bound:
+        with bound(store):
             noop(-1)  # load the scripts
-            bound.prefetch_tried = True  # measure the single-claim replay, not a run's prefetch
             first: dict[str, Any] = {
                 "floor (SET NX + SET)": lambda i: (
                     client.set(f"floor:{tag}:{i}", b"1", nx=True),
@@ -129,18 +152,20 @@ def measure(url: str, n: int) -> dict[str, Any]:
                 "floor (GET)": lambda i: client.get(f"floor:{tag}:{i}"),
                 "bare socket (GET)": lambda i: bare("GET", f"bare:{tag}:{i}"),
                 "effectq": noop,
+                NEW_PROCESS: noop,
                 WITH_LISTENER: listened,
             }
             if powertools is not None:
                 first["Powertools"] = lambda i: powertools(payload={"n": i})
                 replay["Powertools"] = lambda i: powertools(payload={"n": i})
-            around = {WITH_LISTENER: listening}
-            first_series = interleave(first, n, around=around)
-            replay_series = interleave(replay, n, around=around)
+            first_series = interleave(first, n, around={WITH_LISTENER: listening})
+            replay_series = interleave(replay, n, around={WITH_LISTENER: listening, NEW_PROCESS: new_process})
     finally:
         warnings.resetwarnings()
     threads_after = threading.active_count()
     bare.close()
+    listened_store.close()
+    store.close()
     client.close()
     return {
         "first": first_series,
