@@ -162,19 +162,29 @@ def decode_hash(key: str, fields: dict[bytes, bytes], pttl: int) -> Record:
     status = STATUS.get(fields.get(b"s", b""))
     if status is None or status is Status.COMPLETED:
         raise CorruptRecordError(key, f"status {text(fields.get(b's'))!r}")
+    identity = fields.get(b"h", b"").split(b"\n")  # name, run id, key, input hash (see claim.lua)
+    if len(identity) != 4:  # written before the identity was one field
+        identity = [
+            fields.get(b"n", b""),
+            fields.get(b"u", b""),
+            fields.get(b"k", b""),
+            fields.get(b"i", b""),
+        ]
+    name, run_id, effect_key, input_hash = identity
+    created = fields.get(b"c")
     return Record(
-        key=key or text(fields.get(b"k")),
+        key=key or text(effect_key),
         status=status,
         token=_int(fields.get(b"t")),
         attempt=_int(fields.get(b"a")),
-        name=text(fields.get(b"n")),
-        run_id=text(fields.get(b"u")),
+        name=text(name),
+        run_id=text(run_id),
         owner=text(fields.get(b"o")),
         lease_expires_at=when(fields.get(b"x")),
-        created_at=when(fields.get(b"c")),
-        updated_at=when(fields.get(b"m")),
+        created_at=when(created),
+        updated_at=when(fields.get(b"m", created)),  # no m: unchanged since created
         error=text(fields.get(b"e")),
-        input_hash=text(fields.get(b"i")),
+        input_hash=text(input_hash),
         expires_at=_expiry(pttl),
     )
 

@@ -2,8 +2,12 @@
 
 A record in flight, released or unknown is a hash; fields: s status (p pending, d dispatched,
 r released, u unknown), t fencing token, a attempt, x lease end (ms, Redis clock; 0 none), o owner,
-n effect name, u run id, k effect key, i input hash, e error, c created, m modified, w "a waiter
-is listening" flag. A completed record is one packed string (see complete.lua).
+h identity: effect name \n run id \n effect key \n input hash (written whole by every grant),
+e error, c created, m modified (absent until the record first changes: read c), w "a waiter is
+listening" flag. Every field is a hash entry Redis writes and reads one by one, so the identity,
+which only a grant writes, is one. Records written before h keep n, u, k and i as fields of their
+own; every script reads both, and a grant rewrites such a record in the new layout.
+A completed record is one packed string (see complete.lua).
 
 KEYS[1] the record
 KEYS[2] the open index (zset: pending/dispatched records, score = lease end)
@@ -44,25 +48,21 @@ if type(packed) == 'string' then
   return packed
 end
 if not packed then
-  -- a free key (a first run): the same grant as fresh_claim(now, 0, true) below
+  -- a free key (a first run): the same grant as fresh_claim(now, 0, true) below, whose m
+  -- would only repeat c
   local clock = redis.call('TIME')
   local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
   local status, att = 'd', 1
   if string.find(ARGV[3], 'f', 1, true) then status, att = 'p', 0 end
-  local fields = {'s', status, 't', now, 'a', att, 'x', now + tonumber(ARGV[1]), 'o', ARGV[2],
-    'n', ARGV[5], 'u', ARGV[6], 'k', ARGV[7], 'm', now, 'c', now}
-  if ARGV[4] ~= '' then
-    fields[#fields + 1] = 'i'
-    fields[#fields + 1] = ARGV[4]
-  end
-  redis.call('HSET', rec, unpack(fields))
+  redis.call('HSET', rec, 's', status, 't', now, 'a', att, 'x', now + tonumber(ARGV[1]), 'o', ARGV[2],
+    'h', ARGV[5] .. '\n' .. ARGV[6] .. '\n' .. ARGV[7] .. '\n' .. ARGV[4], 'c', now)
   if status == 'p' then redis.call('PEXPIRE', rec, ARGV[8]) end
   redis.call('ZADD', KEYS[2], now + tonumber(ARGV[1]), rec)
   if status == 'p' then return {5, now, att, status, ''} end
   return {1, now, att, status, ''}
 end
 -- Not a string: a hash (in flight, released, unknown), or another type.
-local r = redis.pcall('HMGET', rec, 's', 't', 'a', 'x', 'o', 'i', 'e')
+local r = redis.pcall('HMGET', rec, 's', 't', 'a', 'x', 'o', 'i', 'e', 'h')
 if r['err'] then return {-1, redis.call('TYPE', rec)['ok']} end
 
 local open, doubt = KEYS[2], KEYS[3]
@@ -72,19 +72,16 @@ local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 local s = r[1]
 local tok, att, x = tonumber(r[2]) or 0, tonumber(r[3]) or 0, tonumber(r[4]) or 0
 local own, ihash, err = r[5] or '', r[6] or '', r[7] or ''
+if r[8] then ihash = string.match(r[8], '^[^\n]*\n[^\n]*\n[^\n]*\n([^\n]*)$') or ihash end
 
 local function grant(status, newtok, newatt, fresh)
   local fields = {'s', status, 't', newtok, 'a', newatt, 'x', now + lease, 'o', owner,
-    'n', ARGV[5], 'u', ARGV[6], 'k', ARGV[7], 'm', now}
+    'h', ARGV[5] .. '\n' .. ARGV[6] .. '\n' .. ARGV[7] .. '\n' .. ARGV[4], 'm', now}
   if fresh then
     fields[#fields + 1] = 'c'
     fields[#fields + 1] = now
   else
-    redis.call('HDEL', rec, 'e', 'i')
-  end
-  if ARGV[4] ~= '' then
-    fields[#fields + 1] = 'i'
-    fields[#fields + 1] = ARGV[4]
+    redis.call('HDEL', rec, 'e', 'n', 'u', 'k', 'i') -- the last grant's error; the old layout's fields
   end
   redis.call('HSET', rec, unpack(fields))
   if status == 'p' then

@@ -22,7 +22,7 @@ ARGV[7] "s": the channel is sharded (SPUBLISH, Redis Cluster)
 Reply: 1 recorded (or already recorded by this token); 0 lost: the token no longer holds it.
 ]]
 local rec = KEYS[1]
-local r = redis.pcall('HMGET', rec, 's', 't', 'w', 'a', 'n', 'u', 'k', 'i')
+local r = redis.pcall('HMGET', rec, 's', 't', 'w', 'a', 'h')
 if r['err'] then
   -- Not a hash: completed already (a packed string), by this token or not.
   local packed = redis.pcall('GET', rec)
@@ -35,14 +35,19 @@ if not s or r[2] ~= ARGV[1] then return 0 end
 if s ~= 'd' and s ~= 'p' and s ~= 'u' then return 0 end
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
-local name, run, key = r[5] or '', r[6] or '', r[7] or ''
+local name, run, key, ihash
+if r[5] then name, run, key, ihash = string.match(r[5], '^([^\n]*)\n([^\n]*)\n([^\n]*)\n([^\n]*)$') end
+if not name then -- the identity as fields of their own (records written before h)
+  local old = redis.call('HMGET', rec, 'n', 'u', 'k', 'i')
+  name, run, key, ihash = old[1] or '', old[2] or '', old[3] or '', old[4] or ''
+end
 local form = key
 local prefix = run .. ':' .. name .. ':'
 local tail = string.sub(key, #prefix + 1)
 if string.sub(key, 1, #prefix) == prefix and #tail == 64 and not string.find(tail, '[^0-9a-f]') then
   form = ':' .. string.sub(tail, 1, 16)
 end
-local packed = table.concat({'c1', r[2], r[4] or '0', ARGV[3], now, name, run, form, r[8] or '', '',
+local packed = table.concat({'c1', r[2], r[4] or '0', ARGV[3], now, name, run, form, ihash, '',
   ARGV[2]}, '\n')
 redis.call('SET', rec, packed, 'PX', ARGV[4])
 if KEYS[4] and redis.call('APPEND', KEYS[4], ARGV[6]) == #ARGV[6] then

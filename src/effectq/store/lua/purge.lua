@@ -32,8 +32,10 @@ if kind == 'string' then
   if not done then return {-1, 'string'} end
   s, run, changed = 'c', packed_run, tonumber(done) or 0
 elseif kind == 'hash' then
-  local r = redis.call('HMGET', rec, 's', 'x', 'u', 'm')
-  s, run, changed = r[1], r[3] or '', tonumber(r[4]) or 0
+  local r = redis.call('HMGET', rec, 's', 'x', 'u', 'm', 'h', 'c')
+  run = r[3] or ''
+  if r[5] then run = string.match(r[5], '^[^\n]*\n([^\n]*)\n') or run end -- the identity field
+  s, changed = r[1], tonumber(r[4] or r[6]) or 0 -- unchanged since created: no m yet
   if not s then return {-1, 'hash without status'} end
   local settled = s == 'r' or (s == 'p' and (tonumber(r[2]) or 0) <= now)
   if not settled then return {0, s} end

@@ -17,7 +17,11 @@ local kind = redis.call('TYPE', rec)['ok']
 if kind == 'string' then return {0, 'c'} end
 if kind == 'none' then return {0, ''} end
 if kind ~= 'hash' then return {-1, kind} end
-local r = redis.call('HMGET', rec, 's', 't', 'x', 'w', 'a', 'n', 'u', 'k', 'i')
+local r = redis.call('HMGET', rec, 's', 't', 'x', 'w', 'a', 'n', 'u', 'k', 'i', 'h')
+if r[10] then -- the identity field (see claim.lua); the old layout's fields otherwise
+  local name, run, key, ihash = string.match(r[10], '^([^\n]*)\n([^\n]*)\n([^\n]*)\n([^\n]*)$')
+  if name then r[6], r[7], r[8], r[9] = name, run, key, ihash end
+end
 local s = r[1]
 if not s then return {-1, 'hash without status'} end
 local clock = redis.call('TIME')
