@@ -124,7 +124,7 @@ class RedisStore(RedisOperations):
             channels = [self._namespace_channel]
         self._notifier = Notifier(client, channels, sharded=self._sharded)
         self._layouts: dict[str, _Layout] = {}
-        self._runs: dict[str, tuple[str, str]] = {}
+        self._runs: dict[str, tuple[str, str, str, str]] = {}
 
     @classmethod
     def from_url(
@@ -232,22 +232,30 @@ class RedisStore(RedisOperations):
             digest = raw[:16].hex()
             parts = split_default_key(key)
             if parts is None:
-                tag, run_index = self._tag(digest), None
+                tag = self._tag(digest)
+                keys = [f"{tag}:{digest}", f"{tag}:open", f"{tag}:doubt"]
+                layout = _Layout(keys, None, raw[:16])
             else:
-                run_index, tag = self._run_index(parts[0])
-            keys = [f"{tag}:{digest}", f"{tag}:open", f"{tag}:doubt"]
-            layout = self._layouts[key] = _Layout(keys, run_index, raw[:16])
+                run_index, tag, open_key, doubt_key = self._run_bucket(parts[0])
+                keys = [f"{tag}:{digest}", open_key, doubt_key]
+                layout = _Layout(keys, run_index, raw[:16])
+            self._layouts[key] = layout
         return layout
 
     def _run_index(self, run_id: str) -> tuple[str, str]:
-        """(the run's index of completed records, the tag of its bucket); remembered per run."""
+        """(the run's index of completed records, the tag of its bucket)."""
+        index, tag, _, _ = self._run_bucket(run_id)
+        return index, tag
+
+    def _run_bucket(self, run_id: str) -> tuple[str, str, str, str]:
+        """(the run's index, its bucket's tag, open index and doubt index); remembered per run."""
         found = self._runs.get(run_id)
         if found is None:
             if len(self._runs) >= 1024:
                 self._runs.clear()
             run_digest = key_digest(self._namespace, run_id)
             tag = self._tag(run_digest)
-            found = self._runs[run_id] = (f"{tag}:run:{run_digest[2:34]}", tag)
+            found = self._runs[run_id] = (f"{tag}:run:{run_digest[2:34]}", tag, f"{tag}:open", f"{tag}:doubt")
         return found
 
     def _channel(self, record_key: str) -> str:
