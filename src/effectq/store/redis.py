@@ -336,10 +336,9 @@ class RedisStore(RedisOperations):
             request.lease_ms,
             request.owner,
             flags,
-            request.input_hash,
-            request.name,
-            request.run_id,
-            key,
+            # the record's identity field, ready to write (none of the parts holds a newline:
+            # names, run ids and keys are checked for control characters before any claim)
+            f"{request.name}\n{request.run_id}\n{key}\n{request.input_hash}",
             request.retention_ms,
         ]
         if not self._wait_replicas:

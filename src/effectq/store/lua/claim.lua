@@ -18,9 +18,9 @@ ARGV[1] lease, ms
 ARGV[2] owner: unique per call; a retried claim with the same owner gets its grant back
 ARGV[3] flags: "r" may reconcile an unknown, "s" replay safe, "f" reconcile before a first run,
         "i" on a completed record, also return the run's index (a redelivery prefetches the rest)
-ARGV[4] input hash, or ""
-ARGV[5] effect name        ARGV[6] run id        ARGV[7] effect key
-ARGV[8] retention of a pending record, ms
+ARGV[4] the identity, as a grant writes it to h: effect name \n run id \n effect key \n input hash
+        (or "")
+ARGV[5] retention of a pending record, ms
 
 Reply: a completed record is the packed string itself, as a bulk string (the caller reads it:
 a replay costs the server one GET); with the "i" flag {packed, run index}. Else, by the first
@@ -55,8 +55,8 @@ if not packed then
   local status, att = 'd', 1
   if string.find(ARGV[3], 'f', 1, true) then status, att = 'p', 0 end
   redis.call('HSET', rec, 's', status, 't', now, 'a', att, 'x', now + tonumber(ARGV[1]), 'o', ARGV[2],
-    'h', ARGV[5] .. '\n' .. ARGV[6] .. '\n' .. ARGV[7] .. '\n' .. ARGV[4], 'c', now)
-  if status == 'p' then redis.call('PEXPIRE', rec, ARGV[8]) end
+    'h', ARGV[4], 'c', now)
+  if status == 'p' then redis.call('PEXPIRE', rec, ARGV[5]) end
   redis.call('ZADD', KEYS[2], now + tonumber(ARGV[1]), rec)
   if status == 'p' then return {5, now, att, status, ''} end
   return {1, now, att, status, ''}
@@ -76,7 +76,7 @@ if r[8] then ihash = string.match(r[8], '^[^\n]*\n[^\n]*\n[^\n]*\n([^\n]*)$') or
 
 local function grant(status, newtok, newatt, fresh)
   local fields = {'s', status, 't', newtok, 'a', newatt, 'x', now + lease, 'o', owner,
-    'h', ARGV[5] .. '\n' .. ARGV[6] .. '\n' .. ARGV[7] .. '\n' .. ARGV[4], 'm', now}
+    'h', ARGV[4], 'm', now}
   if fresh then
     fields[#fields + 1] = 'c'
     fields[#fields + 1] = now
@@ -85,7 +85,7 @@ local function grant(status, newtok, newatt, fresh)
   end
   redis.call('HSET', rec, unpack(fields))
   if status == 'p' then
-    redis.call('PEXPIRE', rec, ARGV[8])
+    redis.call('PEXPIRE', rec, ARGV[5])
   elseif not fresh then
     redis.call('PERSIST', rec)
   end
