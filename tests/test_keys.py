@@ -6,6 +6,7 @@ import dataclasses
 import datetime as dt
 import decimal
 import enum
+import hashlib
 import math
 import os
 import subprocess
@@ -198,7 +199,7 @@ _PIECES = st.lists(st.sampled_from([*"ab:-_.0f9<>[]@+/ \n:é", "0123456789abcdef
     name=_PIECES.map("".join),
     tail=st.one_of(
         st.just("0123456789abcdef" * 4),
-        st.text(st.sampled_from("0123456789abcdefA:"), min_size=63, max_size=65),
+        st.text(st.sampled_from("0123456789abcdefA: \n"), min_size=63, max_size=65),
         _PIECES.map("".join),
     ),
 )
@@ -210,6 +211,14 @@ def test_split_default_key_agrees_with_the_pattern(run_id: str, name: str, tail:
     assert keys.split_default_key(key) == expected
     alone = keys._DEFAULT_KEY.fullmatch(tail)
     assert keys.split_default_key(tail) == (None if alone is None else alone.groups())
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.binary(max_size=300))
+def test_the_sha256_keys_use_is_hashlibs(data: bytes) -> None:
+    """Keys and record digests hash with CPython's own SHA-256 where there is one: the same digests."""
+    assert keys.sha256(data).hexdigest() == hashlib.sha256(data).hexdigest()
+    assert keys.sha256(data).digest() == hashlib.sha256(data).digest()
 
 
 _JSON = st.recursive(

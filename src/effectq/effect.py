@@ -9,7 +9,6 @@ bind, input that cannot be keyed, a bad key) raises before anything is claimed.
 from __future__ import annotations
 
 import functools
-import hashlib
 import inspect
 import threading
 import types
@@ -32,7 +31,7 @@ from .engine import (
 )
 from .errors import ConfigurationError, InProgress, InvalidInputError, NoActiveRun
 from .flights import flights
-from .keys import check_key, check_name, default_key
+from .keys import check_key, check_name, default_key, sha256
 from .options import (
     FROM_ANNOTATION,
     EffectOptions,
@@ -143,13 +142,13 @@ class Effect(Generic[P, R]):
             self.codec  # noqa: B018 - an unrecordable return type fails here, before a claim
         ordinal, seq = bound_run.next_ordinal(self.name)
         if options.key is None:
-            input_hash = hashlib.sha256(canonical_arguments(self._keyed(arguments))).hexdigest()
+            input_hash = sha256(canonical_arguments(self._keyed(arguments))).hexdigest()
             key = default_key(bound_run.id, self.name, input_hash)
         else:
             ctx = KeyContext(run_id=bound_run.id, name=self.name, ordinal=ordinal, seq=seq, run=bound_run)
             key = check_key(options.key(arguments, ctx), name=self.name)
             try:  # 128 bits are plenty to tell two inputs of one key apart
-                input_hash = hashlib.sha256(canonical_arguments(self._keyed(arguments))).hexdigest()[:32]
+                input_hash = sha256(canonical_arguments(self._keyed(arguments))).hexdigest()[:32]
             except InvalidInputError:
                 input_hash = ""  # the key function is the identity; no mismatch check
         store = bound_run.store

@@ -20,7 +20,6 @@ which routes each call to its slot's primary and follows ``MOVED``/``ASK``.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
@@ -35,7 +34,7 @@ from ..errors import (
     ResolveRefusedError,
     StoreError,
 )
-from ..keys import check_namespace, key_digest, split_default_key
+from ..keys import check_namespace, key_digest, sha256, split_default_key
 from ..options import Duration, seconds
 from .base import Claim, ClaimKind, ClaimRequest, Record, ResultState, Status, Unsubscribe
 from .cluster import check_cluster, cluster_from_url, is_cluster, is_cluster_url
@@ -228,7 +227,7 @@ class RedisStore(RedisOperations):
         if layout is None:
             if len(self._layouts) >= 4096:
                 self._layouts.clear()
-            raw = hashlib.sha256(self._digest_prefix + key.encode()).digest()  # key_digest's bytes
+            raw = sha256(self._digest_prefix + key.encode()).digest()  # key_digest's bytes
             digest = raw[:16].hex()
             parts = split_default_key(key)
             if parts is None:
