@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import platform
+import shutil
 import socket
 import subprocess
 import sys
@@ -33,7 +34,11 @@ RESULTS = Path(__file__).resolve().parent / "results"
 def redis_server(url: str | None = None) -> Iterator[str]:
     """A Redis to measure against: ``url`` if given, else a redis-server of our own on a free port.
 
-    A server of our own sees no other client's traffic and keeps nothing on disk.
+    A server of our own sees no other client's traffic and keeps nothing on disk. With two CPUs
+    or more it gets the last one to itself, and this process (and what it starts) the others, as
+    a Redis on its own core or machine has in production. Left to the scheduler, the client and
+    the server share a core in some runs and not in others, and the ratios of one run swing by a
+    fifth from the next.
     """
     if url:
         yield url
@@ -41,9 +46,12 @@ def redis_server(url: str | None = None) -> Iterator[str]:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
+    cpus = pinning()
+    restore = os.sched_getaffinity(0) if cpus else None
     with tempfile.TemporaryDirectory() as scratch:
         proc = subprocess.Popen(
-            [
+            (["taskset", "-c", str(cpus[1])] if cpus else [])
+            + [
                 "redis-server",
                 "--port",
                 str(port),
@@ -66,10 +74,24 @@ def redis_server(url: str | None = None) -> Iterator[str]:
                     break
                 time.sleep(0.025)
             client.close()
+            if cpus:
+                os.sched_setaffinity(0, cpus[0])
             yield f"redis://127.0.0.1:{port}/0"
         finally:
+            if restore is not None:
+                os.sched_setaffinity(0, restore)
             proc.terminate()
             proc.wait(10)
+
+
+def pinning() -> tuple[set[int], int] | None:
+    """(the CPUs for the benchmark, the CPU for its redis-server), or None: no pinning here."""
+    if not hasattr(os, "sched_getaffinity") or shutil.which("taskset") is None:
+        return None
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        return None
+    return set(cpus[:-1]), cpus[-1]
 
 
 def percentile(samples: Sequence[float], p: float) -> float:
@@ -143,9 +165,13 @@ def machine(url: str) -> str:
                 cpu = line.split(":", 1)[1].strip()
                 break
     info = redis.Redis.from_url(url).info("server")
+    mine = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    pinned = ""
+    if 0 < len(mine) < (os.cpu_count() or 0):  # pinned by redis_server
+        pinned = f", the benchmark pinned to CPU {','.join(map(str, mine))} and Redis to another"
     return (
         f"{cpu}, {os.cpu_count()} cores; Python {platform.python_version()} ({sys.implementation.name}); "
-        f"redis-py {redis.__version__}; Redis {info.get('redis_version')} on loopback; "
+        f"redis-py {redis.__version__}; Redis {info.get('redis_version')} on loopback{pinned}; "
         f"{platform.system()} {platform.release()}"
     )
 
