@@ -35,11 +35,10 @@ def redis_server(url: str | None = None) -> Iterator[str]:
     """A Redis to measure against: ``url`` if given, else a redis-server of our own on a free port.
 
     A server of our own sees no other client's traffic and keeps nothing on disk. With two CPUs
-    or more it gets the last one to itself, and this process (and what it starts) the others, as
-    a Redis on its own core or machine has in production. Left to the scheduler, the client and
-    the server share a core in some runs and not in others, and the ratios of one run swing by a
-    fifth from the next.
+    or more it runs on the last one, and the latency benchmarks (see :func:`pinned`) on the
+    others, as a Redis on its own core or machine does in production.
     """
+    global _server_cpu
     if url:
         yield url
         return
@@ -47,7 +46,6 @@ def redis_server(url: str | None = None) -> Iterator[str]:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     cpus = pinning()
-    restore = os.sched_getaffinity(0) if cpus else None
     with tempfile.TemporaryDirectory() as scratch:
         proc = subprocess.Popen(
             (["taskset", "-c", str(cpus[1])] if cpus else [])
@@ -74,14 +72,36 @@ def redis_server(url: str | None = None) -> Iterator[str]:
                     break
                 time.sleep(0.025)
             client.close()
-            if cpus:
-                os.sched_setaffinity(0, cpus[0])
+            _server_cpu = cpus[1] if cpus else None
             yield f"redis://127.0.0.1:{port}/0"
         finally:
-            if restore is not None:
-                os.sched_setaffinity(0, restore)
+            _server_cpu = None
             proc.terminate()
             proc.wait(10)
+
+
+_server_cpu: int | None = None
+"""The CPU our own redis-server runs on, while it runs."""
+
+
+@contextlib.contextmanager
+def pinned() -> Iterator[None]:
+    """Run this process on the CPUs our own redis-server does not use (when it was pinned).
+
+    For the single-process latency figures: left to the scheduler, the client and the server
+    share a core in some runs and not in others, and the same code measured 1.05x and 1.33x
+    the floor from one run to the next. The benchmarks of many processes (contention, end to
+    end) stay unpinned, as several workers on one core would measure the scheduler.
+    """
+    if _server_cpu is None:
+        yield
+        return
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, before - {_server_cpu})
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, before)
 
 
 def pinning() -> tuple[set[int], int] | None:
@@ -165,13 +185,12 @@ def machine(url: str) -> str:
                 cpu = line.split(":", 1)[1].strip()
                 break
     info = redis.Redis.from_url(url).info("server")
-    mine = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
-    pinned = ""
-    if 0 < len(mine) < (os.cpu_count() or 0):  # pinned by redis_server
-        pinned = f", the benchmark pinned to CPU {','.join(map(str, mine))} and Redis to another"
+    where = ""
+    if _server_cpu is not None:
+        where = f", pinned to CPU {_server_cpu} (the latency benchmarks to the others)"
     return (
         f"{cpu}, {os.cpu_count()} cores; Python {platform.python_version()} ({sys.implementation.name}); "
-        f"redis-py {redis.__version__}; Redis {info.get('redis_version')} on loopback{pinned}; "
+        f"redis-py {redis.__version__}; Redis {info.get('redis_version')} on loopback{where}; "
         f"{platform.system()} {platform.release()}"
     )
 
@@ -186,7 +205,7 @@ def main_sized(
     parser.add_argument("-n", type=int, default=default_n)
     parser.add_argument("--redis-url")
     args = parser.parse_args()
-    with redis_server(args.redis_url) as url:
+    with redis_server(args.redis_url) as url, pinned():
         print(report(measure(url, args.n)))
 
 

@@ -24,7 +24,7 @@ import latency
 import memory
 import pieces
 import redelivery
-from common import RESULTS, cleanup, machine, redis_server
+from common import RESULTS, cleanup, machine, pinned, redis_server
 
 SIZES: dict[str, dict[str, Any]] = {
     "smoke": {
@@ -119,10 +119,11 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     with redis_server(args.redis_url) as url:
         where = machine(url)
-        lat = latency.measure(url, size["latency"])
-        cleanup(url, *lat["cleanup"])
-        parts = pieces.measure(url, size["latency"])
-        cleanup(url, *parts["cleanup"])
+        with pinned():  # one process, timed call by call: kept off Redis' CPU
+            lat = latency.measure(url, size["latency"])
+            cleanup(url, *lat["cleanup"])
+            parts = pieces.measure(url, size["latency"])
+            cleanup(url, *parts["cleanup"])
         red = redelivery.measure(url, size["sizes"], size["repeat"])
         con = contention.measure(url, size["processes"], size["keys"], size["rounds"])
         mem = memory.measure(url, size["memory"])
