@@ -340,10 +340,11 @@ def test_arguments_reach_the_script_as_sent(redis_url: str) -> None:
     lane = lane_for(client)
     assert lane is not None
     echo = client.register_script("return ARGV")
-    values: list[object] = ["é-ü", b"\x00\r\n$", "", -7, 2**64, 1.25, bytearray(b"ba"), memoryview(b"mv")]
-    reply = lane.evalsha(echo.sha, echo.script, [], values, retry=True)
-    expected = [client.connection_pool.get_encoder().encode(v) for v in values]
-    assert reply == expected
-    assert echo(args=values) == expected  # redis-py's own path agrees
+    plain: list[object] = ["é-ü", b"\x00\r\n$", "", -7, 2**64, 1.25]
+    expected = ["é-ü".encode(), b"\x00\r\n$", b"", b"-7", b"18446744073709551616", b"1.25"]
+    assert lane.evalsha(echo.sha, echo.script, [], plain, retry=True) == expected
+    assert echo(args=plain) == expected  # redis-py's own path agrees
+    buffers: list[object] = [bytearray(b"ba"), memoryview(b"mv")]  # older redis-py refuses bytearray
+    assert lane.evalsha(echo.sha, echo.script, [], buffers, retry=True) == [b"ba", b"mv"]
     lane.close()
     client.close()
