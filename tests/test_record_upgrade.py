@@ -121,3 +121,16 @@ def test_a_new_layout_record_is_purged_by_its_run_and_age(store: effectq.RedisSt
     assert not store.purge(record, run_id="another-run")
     assert not store.purge(record, run_id=RUN, older_than_ms=3_600_000)  # changed just now
     assert store.purge(record, run_id=RUN)
+
+
+@pytest.mark.parametrize("where", ["key", "name", "run_id"])
+def test_a_line_break_in_the_identity_is_refused_before_anything_is_written(
+    store: effectq.RedisStore, where: str
+) -> None:
+    """The identity field is split on line breaks: a part holding one is refused, not written."""
+    parts = {"key": KEY, "name": NAME, "run_id": RUN}
+    parts[where] = parts[where][:5] + "\n" + parts[where][5:]
+    request = ClaimRequest(lease_ms=60_000, owner="new:1:5", name=parts["name"], run_id=parts["run_id"])
+    with pytest.raises(effectq.errors.InvalidKeyError, match="line break"):
+        store.claim(parts["key"], request)
+    assert not store.client.exists(store.record_key(parts["key"]))

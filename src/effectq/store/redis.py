@@ -31,6 +31,7 @@ from ..errors import (
     CompletionNotReplicatedError,
     ConfigurationError,
     CorruptRecordError,
+    InvalidKeyError,
     ResolveRefusedError,
     StoreError,
 )
@@ -331,15 +332,14 @@ class RedisStore(RedisOperations):
             + ("i" if request.prefetch else "")
         )
         layout = self._layout_of(key)
-        args = [
-            request.lease_ms,
-            request.owner,
-            flags,
-            # the record's identity field, ready to write (none of the parts holds a newline:
-            # names, run ids and keys are checked for control characters before any claim)
-            f"{request.name}\n{request.run_id}\n{key}\n{request.input_hash}",
-            request.retention_ms,
-        ]
+        identity = f"{request.name}\n{request.run_id}\n{key}\n{request.input_hash}"  # h, ready to write
+        if "\n" in key or "\n" in request.name or "\n" in request.run_id or "\n" in request.input_hash:
+            # effects check their parts; a direct caller may not have
+            raise InvalidKeyError(
+                f"a name, run id or key with a line break cannot be claimed ({identity!r}); "
+                "nothing was written"
+            )
+        args = [request.lease_ms, request.owner, flags, identity, request.retention_ms]
         if not self._wait_replicas:
             return decode_claim(key, self._run("claim", key, layout.script_keys, args))
         reply, acknowledged = self._run_replicated("claim", key, layout.script_keys, args)
