@@ -242,11 +242,6 @@ class RedisStore(RedisOperations):
             self._layouts[key] = layout
         return layout
 
-    def _run_index(self, run_id: str) -> tuple[str, str]:
-        """(the run's index of completed records, the tag of its bucket)."""
-        index, tag, _, _ = self._run_bucket(run_id)
-        return index, tag
-
     def _run_bucket(self, run_id: str) -> tuple[str, str, str, str]:
         """(the run's index, its bucket's tag, open index and doubt index); remembered per run."""
         found = self._runs.get(run_id)
@@ -331,7 +326,6 @@ class RedisStore(RedisOperations):
             + ("f" if request.reconcile_first else "")
             + ("i" if request.prefetch else "")
         )
-        layout = self._layout_of(key)
         identity = f"{request.name}\n{request.run_id}\n{key}\n{request.input_hash}"  # h, ready to write
         if "\n" in key or "\n" in request.name or "\n" in request.run_id or "\n" in request.input_hash:
             # effects check their parts; a direct caller may not have
@@ -339,6 +333,7 @@ class RedisStore(RedisOperations):
                 f"a name, run id or key with a line break cannot be claimed ({identity!r}); "
                 "nothing was written"
             )
+        layout = self._layout_of(key)
         args = [request.lease_ms, request.owner, flags, identity, request.retention_ms]
         if not self._wait_replicas:
             return decode_claim(key, self._run("claim", key, layout.script_keys, args))
@@ -388,7 +383,7 @@ class RedisStore(RedisOperations):
         read first); one MGET reads them. Other keys are not indexed: they are
         claimed as usual.
         """
-        index, tag = self._run_index(run_id)
+        index, tag, _, _ = self._run_bucket(run_id)
         try:
             raw = hint if isinstance(hint, bytes) else self._client.get(index)
             raw = raw if isinstance(raw, bytes) else b""
