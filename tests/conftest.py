@@ -21,6 +21,23 @@ from . import servers
 REDIS_URL = os.environ.get("EFFECTQ_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 
 
+def _drop_repairs() -> None:
+    """Forget the heartbeat's queued background writes (each test's stores are its own)."""
+    from effectq.heartbeat import heartbeat
+
+    with heartbeat._cond:
+        heartbeat._repairs.clear()
+
+
+@pytest.fixture(autouse=True)
+def _no_repairs_from_other_tests() -> Iterator[None]:
+    """A write the heartbeat keeps retrying in the background (against a server a test stopped,
+    say) belongs to the test that queued it: it must not log into the next one's records."""
+    _drop_repairs()
+    yield
+    _drop_repairs()
+
+
 @pytest.fixture(scope="session")
 def redis_url() -> str:
     """The URL of the real Redis server the suite runs against (it must answer)."""
