@@ -229,23 +229,23 @@ class RoundTrips:
     def __init__(self) -> None:
         self.count = 0
         self._redis_send = redis.connection.AbstractConnection.send_packed_command
-        self._lane_send = Lane._send
+        self._lane_write = Lane._write
 
     def __enter__(self) -> RoundTrips:
-        redis_send, lane_send, counter = self._redis_send, self._lane_send, self
+        redis_send, lane_write, counter = self._redis_send, self._lane_write, self
 
         def redis_counted(conn: Any, command: Any, check_health: bool = True) -> None:
             counter.count += 1
             redis_send(conn, command, check_health)
 
-        def lane_counted(lane: Lane, conn: Any, frame: bytes) -> Any:
+        def lane_counted(lane: Lane, conn: Any, frame: bytes) -> None:
             counter.count += 1
-            return lane_send(lane, conn, frame)
+            lane_write(lane, conn, frame)
 
         redis.connection.AbstractConnection.send_packed_command = redis_counted  # type: ignore[method-assign]
-        Lane._send = lane_counted  # type: ignore[method-assign]
+        Lane._write = lane_counted  # type: ignore[method-assign]
         return self
 
     def __exit__(self, *exc: object) -> None:
         redis.connection.AbstractConnection.send_packed_command = self._redis_send  # type: ignore[method-assign]
-        Lane._send = self._lane_send  # type: ignore[method-assign]
+        Lane._write = self._lane_write  # type: ignore[method-assign]

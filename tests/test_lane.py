@@ -271,12 +271,12 @@ def test_round_trips_through_the_lane(
     client = _client(redis_url)
     store = effectq.RedisStore(client, namespace=namespace)
     sent: list[str] = []
-    lane_send = Lane._send
+    lane_write = Lane._write
     redis_send = redis.connection.AbstractConnection.send_packed_command
 
-    def on_lane(lane: Lane, conn: object, frame: bytes) -> object:
+    def on_lane(lane: Lane, conn: object, frame: bytes) -> None:
         sent.append(frame.split(b"\r\n")[2].decode())
-        return lane_send(lane, conn, frame)
+        lane_write(lane, conn, frame)
 
     def on_redis_py(conn: object, command: object, check_health: bool = True) -> None:
         sent.append("redis-py")
@@ -288,7 +288,7 @@ def test_round_trips_through_the_lane(
         with effectq.run("warm", store=store):
             double(-1)
         client.ping()  # the pool's own connection made (its handshake is not the store's)
-        monkeypatch.setattr(Lane, "_send", on_lane)
+        monkeypatch.setattr(Lane, "_write", on_lane)
         monkeypatch.setattr(redis.connection.AbstractConnection, "send_packed_command", on_redis_py)
         with effectq.run("trips", store=store):
             sent.clear()

@@ -248,24 +248,24 @@ def test_the_wait_goes_out_with_the_script_in_one_write(pair: Pair, namespace: s
     store = store_on(pair.primary, namespace, wait_replicas=1)
     assert store._lane is not None
     frames: list[bytes] = []
-    send = Lane._send
+    write = Lane._write
 
-    def recording(lane: Lane, conn: Any, frame: bytes) -> Any:
+    def recording(lane: Lane, conn: Any, frame: bytes) -> None:
         frames.append(frame)
-        return send(lane, conn, frame)
+        write(lane, conn, frame)
 
     applied: list[str] = []
     act = counting(applied)
     with effectq.run("warm", store=store):
         act("warm@example.com")  # the scripts loaded on this new server
-    Lane._send = recording  # type: ignore[method-assign]
+    Lane._write = recording  # type: ignore[method-assign]
     try:
         with effectq.run("one-write", store=store):
             assert act("a@example.com") == "sent to a@example.com"
             pair.primary.client().script_flush()
             assert act("b@example.com") == "sent to b@example.com"
     finally:
-        Lane._send = send  # type: ignore[method-assign]
+        Lane._write = write  # type: ignore[method-assign]
 
     def pair_of(frame: bytes) -> bool:
         return frame.count(b"\r\nEVALSHA\r\n") == 1 and frame.endswith(

@@ -12,10 +12,18 @@ Connections the lane used are kept on a small stack of its own (they stay
 checked out of the pool) and taken back first; a process that forks starts with
 an empty stack. A failed call disconnects its connection and hands it back to
 the pool, so a half-read reply never reaches another command.
+
+A script whose reply can wait (an effect's completion, whose outcome the caller
+does not see) is *posted*: written at once, its reply read by the same thread's
+next exchange on the lane, which writes behind it on the same connection, or by
+:func:`settle_owed_replies` (a run's end). Redis runs it when it arrives, as it
+would any command; only the wait for its reply is gone. Until then the
+connection belongs to that thread alone.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import weakref
@@ -30,13 +38,37 @@ try:  # hiredis frames a command in C: some 3 µs less per script call than the 
 except ImportError:  # pragma: no cover - hiredis is optional; so is pack_command (hiredis >= 2.1)
     _pack_command = None
 
+_log = logging.getLogger("effectq.store")
 _lanes: weakref.WeakSet[Lane] = weakref.WeakSet()
 _lanes_lock = threading.Lock()
+_owing = threading.local()
+"""Per thread, ``lanes``: the lanes on which this thread owes replies it has not read."""
+
+Settle = Callable[[Any], None]
+"""Takes a posted script's reply, or the exception that stopped it being read."""
+
+_Owed = list[tuple[Settle, bytes, str | bytes]]
+"""Posted scripts whose replies a connection owes: (settle, frame, script source) each."""
+
+_MAX_OWED = 64
+"""Posted replies a connection may owe before the next post reads them first."""
 
 
-def _forget_all() -> None:  # a forked child must not write on its parent's sockets
+def _forget_all() -> None:  # a forked child must not write on, or read from, its parent's sockets
+    global _owing
     for lane in list(_lanes):
         lane._idle = []
+        lane._local = threading.local()
+    _owing = threading.local()
+
+
+def settle_owed_replies() -> None:
+    """Read every reply this thread owes on any lane, and settle each (a run's end calls this)."""
+    lanes = getattr(_owing, "lanes", None)
+    if lanes:
+        _owing.lanes = None
+        for lane in lanes:
+            lane.settle_owed()
 
 
 os.register_at_fork(after_in_child=_forget_all)
@@ -64,6 +96,8 @@ class Lane:
         self._noscript = redis.exceptions.NoScriptError
         self._connection_error = redis.ConnectionError
         self._heads: dict[tuple[bytes, int, int], bytes] = {}
+        self._local = threading.local()
+        """Per thread: ``conn``, a connection owing replies to posts, and ``owed``, their settles."""
         with _lanes_lock:
             _lanes.add(self)
 
@@ -107,9 +141,89 @@ class Lane:
             raise acknowledged
         return reply, int(acknowledged)
 
+    def post(
+        self, sha: str, source: str | bytes, keys: Sequence[Any], args: Sequence[Any], settle: Settle
+    ) -> bool:
+        """``EVALSHA`` written now; ``settle`` gets its reply when this thread reads it.
+
+        That is at this thread's next exchange on the lane, which writes behind it
+        on the same connection, or at :meth:`settle_owed`. A NOSCRIPT reply is
+        answered by loading the script and running it again before it is settled;
+        a reply that cannot be read settles as the exception that stopped it.
+        Returns False, having settled nothing, when the script could not be written
+        (the caller runs it the usual way; whatever was owed on that connection
+        is settled with the error).
+        """
+        frame = self._frame(sha, keys, args)
+        local = self._local
+        conn = getattr(local, "conn", None)
+        if conn is not None and len(local.owed) >= _MAX_OWED:
+            self.settle_owed()
+            conn = None
+        if conn is None:
+            conn = self._take()[0]
+            try:
+                self._write(conn, frame)
+            except BaseException as exc:
+                self._drop(conn)
+                if isinstance(exc, Exception):
+                    return False
+                raise
+            local.conn, local.owed = conn, [(settle, frame, source)]
+            lanes = getattr(_owing, "lanes", None)
+            if lanes is None:
+                _owing.lanes = [self]
+            elif self not in lanes:
+                lanes.append(self)
+            return True
+        try:
+            self._write(conn, frame)
+        except BaseException as exc:
+            owed, local.owed, local.conn = local.owed, [], None
+            self._abandon(conn, owed, exc)
+            if isinstance(exc, Exception):
+                return False
+            raise
+        local.owed.append((settle, frame, source))
+        return True
+
+    def settle_owed(self) -> None:
+        """Read the replies this thread owes on the lane and settle them; the connection is free again."""
+        local = self._local
+        conn = getattr(local, "conn", None)
+        if conn is None:
+            return
+        owed, local.owed, local.conn = local.owed, [], None
+        try:
+            replies = [conn._parser.read_response() for _ in owed]
+            self._rerun_unloaded(conn, owed, replies)
+        except BaseException as exc:
+            self._abandon(conn, owed, exc)
+            if isinstance(exc, Exception):
+                return
+            raise
+        self._give(conn)
+        _settle_each(owed, replies)
+
+    def _abandon(self, conn: Any, owed: _Owed, exc: BaseException) -> None:
+        """A connection that failed owing replies: dropped, and each owed post settled with ``exc``."""
+        self._drop(conn)
+        _settle_all(owed, exc)
+
+    def _rerun_unloaded(self, conn: Any, owed: _Owed, replies: list[Any]) -> None:
+        """Posts that met NOSCRIPT (a flushed script cache): load the script, run them again."""
+        for i, reply in enumerate(replies):
+            if isinstance(reply, self._noscript):
+                _, frame, source = owed[i]
+                self._send(conn, _command(b"SCRIPT", b"LOAD", source))
+                replies[i] = self._send(conn, frame)
+
     def _exchange(self, frame: bytes, source: str | bytes, retry: bool, *, pair: bool) -> Any:
         """Write ``frame`` on a connection of the lane; read one reply, or two (``pair``)."""
         send = self._send_pair if pair else self._send
+        local = self._local
+        if getattr(local, "conn", None) is not None:
+            return self._exchange_behind(frame, source, retry, pair)
         conn, reused = self._take()
         try:
             answer = send(conn, frame)
@@ -139,8 +253,39 @@ class Lane:
         self._give(conn)
         return answer
 
+    def _exchange_behind(self, frame: bytes, source: str | bytes, retry: bool, pair: bool) -> Any:
+        """An exchange on the connection that owes this thread replies: written behind them, in one go.
+
+        The owed replies are read first (they come first), then this one; the owed
+        are settled once the connection is clean and back on the stack.
+        """
+        local = self._local
+        conn, owed = local.conn, local.owed
+        local.conn, local.owed = None, []
+        try:
+            self._write(conn, frame)
+            replies = [conn._parser.read_response() for _ in owed]
+        except BaseException as exc:  # the connection broke: this frame's fate is unknown too
+            self._abandon(conn, owed, exc)
+            if isinstance(exc, self._timeout) or not (retry and isinstance(exc, self._errors)):
+                raise
+            return self._exchange(frame, source, retry, pair=pair)  # as on a dead reused connection
+        try:
+            answer = self._read_pair(conn) if pair else conn._parser.read_response()
+            self._rerun_unloaded(conn, owed, replies)
+            if isinstance(answer[0] if pair else answer, self._noscript):
+                self._send(conn, _command(b"SCRIPT", b"LOAD", source))
+                answer = (self._send_pair if pair else self._send)(conn, frame)
+        except BaseException as exc:
+            self._abandon(conn, owed, exc)
+            raise
+        self._give(conn)
+        _settle_each(owed, replies)
+        return answer
+
     def close(self) -> None:
-        """Hand the idle connections back to the pool."""
+        """Settle what this thread owes, and hand the idle connections back to the pool."""
+        self.settle_owed()
         idle, self._idle = self._idle, []
         for conn in idle:
             self._pool.release(conn)
@@ -166,7 +311,7 @@ class Lane:
         finally:
             self._pool.release(conn)
 
-    def _send(self, conn: Any, frame: bytes) -> Any:
+    def _write(self, conn: Any, frame: bytes) -> None:
         sock = conn._sock
         if sock is None:
             conn.connect()
@@ -177,11 +322,18 @@ class Lane:
             raise
         except OSError as exc:
             raise self._connection_error(f"Error writing to {conn.host}:{conn.port}: {exc}") from exc
+
+    def _send(self, conn: Any, frame: bytes) -> Any:
+        self._write(conn, frame)
         return conn._parser.read_response()
 
     def _send_pair(self, conn: Any, frame: bytes) -> tuple[Any, Any]:
         """Two commands written at once; both replies read, so none is left on the socket."""
-        first = self._send(conn, frame)
+        self._write(conn, frame)
+        return self._read_pair(conn)
+
+    def _read_pair(self, conn: Any) -> tuple[Any, Any]:
+        first = conn._parser.read_response()
         return first, conn._parser.read_response()
 
     # -- framing -------------------------------------------------------------------------
@@ -205,6 +357,20 @@ class Lane:
                 _bulk(nkeys),
             )
         return head + b"".join([_bulk(v) for v in keys] + [_bulk(v) for v in args])
+
+
+def _settle_all(owed: _Owed, outcome: Any) -> None:
+    _settle_each(owed, [outcome] * len(owed))
+
+
+def _settle_each(owed: _Owed, replies: list[Any]) -> None:
+    """Hand each posted script its reply. A settle that raises is logged: it must not fail the
+    exchange whose reply came with it, nor keep the others from theirs."""
+    for (settle, _, _), reply in zip(owed, replies, strict=True):
+        try:
+            settle(reply)
+        except Exception:
+            _log.exception("effectq: settling a posted script's reply failed")
 
 
 def _bulk(value: Any) -> bytes:
