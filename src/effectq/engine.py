@@ -641,31 +641,64 @@ def _record(
             if pause is not None:
                 yield SleepOp(pause)
                 continue
-            log_complete.error(
-                "effectq %s applied but recording it failed (%s); retrying in the background. "
-                "Until it lands, the next call of %s sees it in flight, then unknown.",
-                effect.name,
-                exc,
-                key,
-            )
-            heartbeat.defer(
-                lambda: store.complete(key, token, **kwargs),  # type: ignore[arg-type]
-                f"complete of {key}",
-                for_seconds=max(3600.0, options.lease),
-            )
+            _complete_later(call, token, exc, kwargs)
             return
         if not recorded:
-            log_complete.error(
-                "effectq %s applied, but its claim of %s (token %s) was taken over or settled by "
-                "someone else meanwhile; their record stands. If it says 'not applied', the effect "
-                "may now apply twice: check the remote system.",
-                effect.name,
-                key,
-                token,
-            )
+            _log_taken_over(call, token)
         else:
             _emit(call, EventKind.COMPLETED, started, attempt=attempt, error=why)
         return
+
+
+def _settler(
+    call: Call, token: int, attempt: int, encoded: tuple[bytes | None, ResultState, str]
+) -> Callable[[bool | StoreError], None]:
+    """What to do with a completion's outcome once its reply is read (see ``RedisStore.complete_soon``).
+
+    The same as :func:`_record` after a completion, but for the retries: a store
+    error goes straight to the heartbeat's, as the caller has moved on.
+    """
+    started = time.time_ns()
+
+    def settle(outcome: bool | StoreError) -> None:
+        if outcome is True:
+            _emit(call, EventKind.COMPLETED, started, attempt=attempt, error=encoded[2])
+        elif outcome is False:
+            _log_taken_over(call, token)
+        else:
+            data, state, _ = encoded
+            kwargs = {"result": data, "result_state": state, "retention_ms": call.effect.options.retention_ms}
+            _complete_later(call, token, outcome, kwargs)
+
+    return settle
+
+
+def _complete_later(call: Call, token: int, exc: BaseException, kwargs: dict[str, Any]) -> None:
+    """A completion that failed on the store: retried by the heartbeat thread until it lands."""
+    store, key = call.store, call.key
+    log_complete.error(
+        "effectq %s applied but recording it failed (%s); retrying in the background. "
+        "Until it lands, the next call of %s sees it in flight, then unknown.",
+        call.effect.name,
+        exc,
+        key,
+    )
+    heartbeat.defer(
+        lambda: store.complete(key, token, **kwargs),
+        f"complete of {key}",
+        for_seconds=max(3600.0, call.effect.options.lease),
+    )
+
+
+def _log_taken_over(call: Call, token: int) -> None:
+    log_complete.error(
+        "effectq %s applied, but its claim of %s (token %s) was taken over or settled by "
+        "someone else meanwhile; their record stands. If it says 'not applied', the effect "
+        "may now apply twice: check the remote system.",
+        call.effect.name,
+        call.key,
+        token,
+    )
 
 
 def _write(
@@ -789,6 +822,22 @@ def run_sync(call: Call, invoke: Callable[[EffectContext], Any]) -> Any:
     if state is not ResultState.STORED:
         drive_sync(_record(call, token, value, attempt, encoded=encoded), invoke)
         return value
+    complete_soon = getattr(type(store), "complete_soon", None)
+    if (
+        complete_soon is not None
+        and call.run.thread == threading.get_ident()
+        and not events.listeners()
+        and complete_soon(
+            store,
+            key,
+            token,
+            _settler(call, token, attempt, encoded),
+            result=data,
+            result_state=state,
+            retention_ms=options.retention_ms,
+        )
+    ):
+        return value  # written; its reply is read by the next script on that connection, or at the run's end
     started = time.time_ns()
     try:
         recorded = store.complete(

@@ -19,6 +19,7 @@ from typing import Any
 from .errors import ConfigurationError, NoActiveRun
 from .keys import check_run_id
 from .store.base import Store
+from .store.lane import settle_owed_replies
 
 __all__ = [
     "Run",
@@ -72,6 +73,7 @@ class Run:
         "prefetched",
         "stats",
         "store",
+        "thread",
     )
 
     def __init__(self, run_id: str, store: Store, metadata: Mapping[str, Any] | None = None) -> None:
@@ -85,6 +87,9 @@ class Run:
         self.prefetched: Any = None
         """The run's completed records, fetched at once when a replay shows a redelivery."""
         self.prefetch_tried = False
+        self.thread: int | None = None
+        """The thread that entered the run's scope, while it is entered: whose scope's end reads
+        the replies its effects' completions left unread (see :meth:`RunScope.__exit__`)."""
 
     def __repr__(self) -> str:
         return f"Run({self.id!r}, store={self.store!r})"
@@ -125,6 +130,7 @@ class RunScope:
         if self._token is not None:
             raise RuntimeError("this run scope is already entered; call effectq.run() again")
         self._token = _current.set(self._run)
+        self._run.thread = threading.get_ident()
         return self._run
 
     def __exit__(
@@ -133,9 +139,19 @@ class RunScope:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        """Unbind the run, once every completion its effects wrote has been answered.
+
+        An effect's completion is written before the effect returns, and its reply
+        read by the next script on that connection; the last ones are read here, so
+        that a task is acknowledged only after Redis confirmed each completion.
+        """
         token, self._token = self._token, None
-        if token is not None:
-            _current.reset(token)
+        self._run.thread = None
+        try:
+            settle_owed_replies()
+        finally:
+            if token is not None:
+                _current.reset(token)
 
     async def __aenter__(self) -> Run:
         return self.__enter__()

@@ -375,6 +375,50 @@ class RedisStore(RedisOperations):
             raise CompletionNotReplicatedError(key, acknowledged=acknowledged, required=self._wait_replicas)
         return bool(reply)
 
+    def complete_soon(
+        self,
+        key: str,
+        token: int,
+        settle: Callable[[bool | StoreError], None],
+        *,
+        result: bytes | None,
+        result_state: ResultState,
+        retention_ms: int,
+    ) -> bool:
+        """:meth:`complete`, written now; ``settle`` gets its outcome when the reply is read.
+
+        The reply is read by this thread's next script on this store, which rides
+        behind it on the same connection, or by :func:`~effectq.store.lane.settle_owed_replies`
+        (a run's end): the completion lands as soon as Redis reads it, the caller
+        just does not wait for the answer. ``settle`` gets what :meth:`complete`
+        would return, or the :class:`~effectq.errors.StoreError` it would raise.
+        Returns False when the completion was not written (no lane, replicas to
+        wait for, or the write failed): the caller completes the usual way.
+        """
+        lane = self._lane
+        if lane is None or self._wait_replicas:
+            return False
+        payload = result if result_state is ResultState.STORED and result is not None else b""
+        layout = self._layout_of(key)
+        keys = layout.script_keys
+        args = [
+            token,
+            payload,
+            result_state.value,
+            retention_ms,
+            self._namespace_channel,  # not sharded: a lane is never on Cluster
+            layout.digest,
+            self._publish,
+        ]
+
+        def settled(reply: Any) -> None:
+            if isinstance(reply, BaseException):
+                settle(self._failure("complete", key, reply))
+            else:
+                settle(bool(reply))
+
+        return lane.post(self._scripts["complete"].sha, self._sources["complete"], keys, args, settled)
+
     def prefetch(self, run_id: str, hint: Any = None) -> _Prefetched:
         """The completed records of a run, found by effect key, in one round trip.
 

@@ -1,0 +1,315 @@
+"""A completion is written before its effect returns; its reply is read later, on the real Redis.
+
+Inside a run bound in the calling thread, with no event listener, an effect's
+completion is posted on the store's lane: written at once, its reply read by
+the thread's next script on that connection (which rides behind it) or at the
+run's end. These tests hold what that must not change: the record is completed
+as soon as Redis reads the write, a worker killed right after the effect
+returned leaves it completed, a flushed script cache, a claim taken over and a
+connection lost before the reply was read are each handled as a completion
+waited for would be, and nothing is owed once the run ends.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+
+import effectq
+from effectq import events
+from effectq.heartbeat import heartbeat
+from effectq.store.lane import Lane
+
+
+@pytest.fixture
+def store(redis_store: effectq.RedisStore) -> effectq.RedisStore:
+    assert redis_store._lane is not None  # the path under test
+    return redis_store
+
+
+@pytest.fixture
+def onlooker(redis_url: str, namespace: str) -> Iterator[effectq.RedisStore]:
+    """Another store on its own client: reads records without touching the lane under test."""
+    made = effectq.RedisStore(redis.Redis.from_url(redis_url), namespace=namespace)
+    yield made
+    made.close()
+    made.client.close()
+
+
+def _owes(store: effectq.RedisStore) -> int:
+    """How many replies this thread owes on the store's lane."""
+    lane = store._lane
+    assert lane is not None
+    return len(getattr(lane._local, "owed", None) or []) if getattr(lane._local, "conn", None) else 0
+
+
+def test_the_completion_lands_before_the_effect_returns_and_its_reply_by_the_run_s_end(
+    store: effectq.RedisStore, onlooker: effectq.RedisStore
+) -> None:
+    keys: list[str] = []
+
+    @effectq.effect(name="posted.send")
+    def send(to: str) -> str:
+        keys.append(effectq.current_effect().key)
+        return f"sent to {to}"
+
+    with effectq.run(f"posted-{uuid.uuid4().hex[:8]}", store=store):
+        assert send("a@example.com") == "sent to a@example.com"
+        assert _owes(store) == 1  # written, its reply not read yet
+        record = onlooker.get(keys[0])  # another connection: Redis ran the completion already
+        assert record is not None and record.status is effectq.Status.COMPLETED
+        assert send("b@example.com") == "sent to b@example.com"
+        assert _owes(store) == 1  # the second claim read the first reply; the second's is owed
+    assert _owes(store) == 0
+    lane = store._lane
+    assert lane is not None and len(lane._idle) == 1  # the connection is the lane's again
+    for key in keys:
+        record = onlooker.get(key)
+        assert record is not None and record.status is effectq.Status.COMPLETED
+
+
+def test_a_worker_killed_right_after_the_effect_returned_leaves_it_completed(
+    redis_url: str, namespace: str, onlooker: effectq.RedisStore, tmp_path: Any
+) -> None:
+    """SIGKILL between the effect's return and the reading of its reply: the record is completed,
+    and the redelivered run replays it instead of applying it again."""
+    applied = tmp_path / "applied"
+    program = textwrap.dedent(
+        f"""
+        import sys, time, effectq
+        store = effectq.RedisStore.from_url({redis_url!r}, namespace={namespace!r})
+
+        @effectq.effect(name="posted.charge")
+        def charge(cents: int) -> str:
+            with open({str(applied)!r}, "a") as f:
+                f.write("charged\\n")
+            return f"charged {{cents}}"
+
+        with effectq.run("order-7", store=store):
+            charge(500)
+            print(effectq.current_run().store._lane._local.conn is not None, flush=True)
+            time.sleep(60)  # killed here: the reply of the completion never read
+        """
+    )
+    proc = subprocess.Popen([sys.executable, "-c", program], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == "True"  # it did owe the reply when killed
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+    @effectq.effect(name="posted.charge")
+    def charge(cents: int) -> str:
+        with open(applied, "a") as f:
+            f.write("charged again\n")
+        return f"charged {cents}"
+
+    with effectq.run("order-7", store=onlooker):
+        assert charge(500) == "charged 500"
+    assert applied.read_text() == "charged\n"
+
+
+def test_a_flushed_script_cache_loads_the_script_and_runs_the_completion_again(
+    store: effectq.RedisStore, onlooker: effectq.RedisStore, redis_client: redis.Redis, caplog: Any
+) -> None:
+    keys: list[str] = []
+
+    @effectq.effect(name="posted.flush")
+    def act(n: int) -> int:
+        keys.append(effectq.current_effect().key)
+        redis_client.script_flush()  # the completion, posted next, meets NOSCRIPT
+        return n
+
+    with caplog.at_level(logging.WARNING), effectq.run(f"flush-{uuid.uuid4().hex[:8]}", store=store):
+        assert act(1) == 1
+        assert act(2) == 2  # its claim rides behind the first completion; it meets NOSCRIPT too
+    assert [r.getMessage() for r in caplog.records if r.name.startswith("effectq")] == []
+    for key in keys:
+        record = onlooker.get(key)
+        assert record is not None and record.status is effectq.Status.COMPLETED
+    assert heartbeat.pending()[1] == 0  # settled where it was read, not left to the background
+
+
+def test_a_claim_taken_over_meanwhile_is_logged_when_the_reply_is_read(
+    store: effectq.RedisStore, onlooker: effectq.RedisStore, caplog: Any
+) -> None:
+    @effectq.effect(name="posted.stolen")
+    def act(n: int) -> int:
+        ctx = effectq.current_effect()
+        assert onlooker.release(ctx.key, ctx.token, error="taken over", retention_ms=60_000)
+        return n
+
+    with caplog.at_level(logging.ERROR), effectq.run(f"stolen-{uuid.uuid4().hex[:8]}", store=store):
+        assert act(3) == 3  # applied: the caller gets its value
+        assert not caplog.records  # the refusal is not known yet
+    messages = [r.getMessage() for r in caplog.records]
+    assert len(messages) == 1 and "was taken over or settled by someone else" in messages[0]
+
+
+def test_a_reply_lost_with_its_connection_is_recorded_in_the_background(
+    store: effectq.RedisStore, onlooker: effectq.RedisStore, redis_url: str, caplog: Any
+) -> None:
+    """Redis paused, the completion queued, the connection killed: the reply never comes. The
+    heartbeat thread completes it again (the same token), as it would a completion that failed."""
+    keys: list[str] = []
+    admin = redis.Redis.from_url(redis_url)
+
+    @effectq.effect(name="posted.lost")
+    def act(n: int) -> int:
+        keys.append(effectq.current_effect().key)
+        admin.execute_command("CLIENT", "PAUSE", "400", "WRITE")
+        return n
+
+    try:
+        with caplog.at_level(logging.ERROR), effectq.run(f"lost-{uuid.uuid4().hex[:8]}", store=store):
+            assert act(4) == 4
+            lane = store._lane
+            assert lane is not None
+            conn = lane._local.conn
+            admin.execute_command("CLIENT", "KILL", "ID", _client_id(admin, conn))
+    finally:
+        admin.close()
+    assert any("recording it failed" in r.getMessage() for r in caplog.records)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        record = onlooker.get(keys[0])
+        if record is not None and record.status is effectq.Status.COMPLETED:
+            break
+        time.sleep(0.05)
+    record = onlooker.get(keys[0])
+    assert record is not None and record.status is effectq.Status.COMPLETED
+    assert heartbeat.pending()[1] == 0
+
+
+def _client_id(admin: redis.Redis, conn: Any) -> int:
+    """The server's id of one of our connections, found by its local port."""
+    port = conn._sock.getsockname()[1]
+    for entry in admin.client_list():
+        if entry["addr"].endswith(f":{port}"):
+            return int(entry["id"])
+    raise AssertionError(f"no client on port {port}")
+
+
+def test_with_an_event_listener_on_the_completion_is_waited_for(store: effectq.RedisStore) -> None:
+    """Listeners (metrics, tracing) get each completed event, with its own round trip, before the
+    effect returns."""
+    seen: list[str] = []
+    unsubscribe = events.subscribe(lambda event: seen.append(event.kind.value))
+
+    @effectq.effect(name="posted.listened")
+    def act(n: int) -> int:
+        return n
+
+    try:
+        with effectq.run(f"listened-{uuid.uuid4().hex[:8]}", store=store):
+            act(5)
+            assert seen[-1] == "completed"
+            assert _owes(store) == 0
+    finally:
+        unsubscribe()
+
+
+def test_an_effect_called_from_another_thread_waits_for_its_completion(
+    store: effectq.RedisStore,
+) -> None:
+    """Only the thread that bound the run reads replies at its end: others wait for theirs."""
+
+    @effectq.effect(name="posted.thread")
+    def act(n: int) -> int:
+        return n
+
+    owed: list[int] = []
+
+    def call() -> None:
+        act(6)
+        owed.append(_owes(store))
+
+    with effectq.run(f"thread-{uuid.uuid4().hex[:8]}", store=store):
+        worker = threading.Thread(target=contextvars.copy_context().run, args=(call,))
+        worker.start()
+        worker.join()
+    assert owed == [0]
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_child_neither_reads_nor_writes_its_parent_s_owed_connection(
+    store: effectq.RedisStore, onlooker: effectq.RedisStore
+) -> None:
+    keys: list[str] = []
+
+    @effectq.effect(name="posted.fork")
+    def act(n: int) -> int:
+        keys.append(effectq.current_effect().key)
+        return n
+
+    with effectq.run(f"fork-{uuid.uuid4().hex[:8]}", store=store):
+        act(7)
+        assert _owes(store) == 1
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child
+            code = 1
+            try:
+                with effectq.run(f"child-{uuid.uuid4().hex[:8]}", store=store):
+                    code = 0 if _owes(store) == 0 and act(8) == 8 else 2
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert act(9) == 9  # the parent's connection is as it left it: the reply read in order
+    for key in keys:
+        record = onlooker.get(key)
+        assert record is not None and record.status is effectq.Status.COMPLETED
+
+
+def test_the_lane_settles_posts_in_order_before_the_next_reply(redis_url: str) -> None:
+    client = redis.Redis.from_url(redis_url)
+    lane = Lane(client.connection_pool)
+    sha = client.script_load("return ARGV[1]")
+    settled: list[Any] = []
+    try:
+        for n in range(3):
+            assert lane.post(sha, "return ARGV[1]", [], [n], settled.append)
+        assert settled == []
+        assert lane.evalsha(sha, "return ARGV[1]", [], ["last"], retry=True) == b"last"
+        assert settled == [b"0", b"1", b"2"]
+        assert lane.post(sha, "return ARGV[1]", [], ["end"], settled.append)
+        lane.settle_owed()
+        assert settled[-1] == b"end"
+        assert len(lane._idle) == 1 and getattr(lane._local, "conn", None) is None
+    finally:
+        lane.close()
+        client.close()
+
+
+def test_a_post_that_cannot_be_written_says_so_and_settles_what_was_owed(redis_url: str) -> None:
+    client = redis.Redis.from_url(redis_url)
+    lane = Lane(client.connection_pool)
+    sha = client.script_load("return ARGV[1]")
+    settled: list[Any] = []
+    try:
+        assert lane.post(sha, "return ARGV[1]", [], [1], settled.append)
+        lane._local.conn._sock.close()  # the next write fails
+        assert not lane.post(sha, "return ARGV[1]", [], [2], settled.append)
+        assert len(settled) == 1 and isinstance(settled[0], redis.ConnectionError | OSError)
+        assert getattr(lane._local, "conn", None) is None
+        assert lane.evalsha(sha, "return ARGV[1]", [], [3], retry=True) == b"3"  # a fresh connection
+    finally:
+        lane.close()
+        client.close()
