@@ -45,7 +45,7 @@ SIZES: dict[str, dict[str, Any]] = {
         "sizes": [1, 10, 100],
         "repeat": 10,
         "memory": 200,
-        "tasks": 150,
+        "tasks": 600,
     },
     "large": {
         "latency": 30000,
