@@ -354,23 +354,8 @@ class RedisStore(RedisOperations):
         result_state: ResultState,
         retention_ms: int,
     ) -> bool:
-        payload = result if result_state is ResultState.STORED and result is not None else b""
-        layout = self._layout_of(key)
-        keys = layout.script_keys
-        reply, acknowledged = self._run_replicated(
-            "complete",
-            key,
-            keys,
-            [
-                token,
-                payload,
-                result_state.value,
-                retention_ms,
-                self._channel(keys[0]),
-                layout.digest,
-                self._publish,
-            ],
-        )
+        keys, args = self._complete_args(key, token, result, result_state, retention_ms)
+        reply, acknowledged = self._run_replicated("complete", key, keys, args)
         if reply and self._short(acknowledged):
             raise CompletionNotReplicatedError(key, acknowledged=acknowledged, required=self._wait_replicas)
         return bool(reply)
@@ -398,18 +383,7 @@ class RedisStore(RedisOperations):
         lane = self._lane
         if lane is None or self._wait_replicas:
             return False
-        payload = result if result_state is ResultState.STORED and result is not None else b""
-        layout = self._layout_of(key)
-        keys = layout.script_keys
-        args = [
-            token,
-            payload,
-            result_state.value,
-            retention_ms,
-            self._namespace_channel,  # not sharded: a lane is never on Cluster
-            layout.digest,
-            self._publish,
-        ]
+        keys, args = self._complete_args(key, token, result, result_state, retention_ms)
 
         def settled(reply: Any) -> None:
             if isinstance(reply, BaseException):
@@ -418,6 +392,16 @@ class RedisStore(RedisOperations):
                 settle(bool(reply))
 
         return lane.post(self._scripts["complete"].sha, self._sources["complete"], keys, args, settled)
+
+    def _complete_args(
+        self, key: str, token: int, result: bytes | None, result_state: ResultState, retention_ms: int
+    ) -> tuple[list[str], list[Any]]:
+        """complete.lua's keys and arguments, waited for or posted alike."""
+        payload = result if result_state is ResultState.STORED and result is not None else b""
+        layout = self._layout_of(key)
+        keys = layout.script_keys
+        channel = self._channel(keys[0])
+        return keys, [token, payload, result_state.value, retention_ms, channel, layout.digest, self._publish]
 
     def prefetch(self, run_id: str, hint: Any = None) -> _Prefetched:
         """The completed records of a run, found by effect key, in one round trip.
