@@ -161,30 +161,24 @@ class Lane:
             self.settle_owed()
             conn = None
         if conn is None:
-            conn = self._take()[0]
-            try:
-                self._write(conn, frame)
-            except BaseException as exc:
-                self._drop(conn)
-                if isinstance(exc, Exception):
-                    return False
-                raise
-            local.conn, local.owed = conn, [(settle, frame, source)]
-            lanes = getattr(_owing, "lanes", None)
-            if lanes is None:
-                _owing.lanes = [self]
-            elif self not in lanes:
-                lanes.append(self)
-            return True
+            conn, owed = self._take()[0], []
+        else:
+            owed = local.owed
+        local.conn, local.owed = None, []  # until the write went out
         try:
             self._write(conn, frame)
         except BaseException as exc:
-            owed, local.owed, local.conn = local.owed, [], None
             self._abandon(conn, owed, exc)
             if isinstance(exc, Exception):
                 return False
             raise
-        local.owed.append((settle, frame, source))
+        owed.append((settle, frame, source))
+        local.conn, local.owed = conn, owed
+        lanes = getattr(_owing, "lanes", None)
+        if lanes is None:
+            _owing.lanes = [self]
+        elif self not in lanes:
+            lanes.append(self)
         return True
 
     def settle_owed(self) -> None:
@@ -213,10 +207,15 @@ class Lane:
     def _rerun_unloaded(self, conn: Any, owed: _Owed, replies: list[Any]) -> None:
         """Posts that met NOSCRIPT (a flushed script cache): load the script, run them again."""
         for i, reply in enumerate(replies):
-            if isinstance(reply, self._noscript):
-                _, frame, source = owed[i]
-                self._send(conn, _command(b"SCRIPT", b"LOAD", source))
-                replies[i] = self._send(conn, frame)
+            _, frame, source = owed[i]
+            replies[i] = self._loaded(conn, reply, frame, source, pair=False)
+
+    def _loaded(self, conn: Any, answer: Any, frame: bytes, source: str | bytes, *, pair: bool) -> Any:
+        """``answer``; or, if NOSCRIPT, the answer once the script is loaded and ``frame`` sent again."""
+        if not isinstance(answer[0] if pair else answer, self._noscript):
+            return answer
+        self._send(conn, _command(b"SCRIPT", b"LOAD", source))
+        return (self._send_pair if pair else self._send)(conn, frame)
 
     def _exchange(self, frame: bytes, source: str | bytes, retry: bool, *, pair: bool) -> Any:
         """Write ``frame`` on a connection of the lane; read one reply, or two (``pair``)."""
@@ -244,9 +243,7 @@ class Lane:
             self._drop(conn)
             raise
         try:
-            if isinstance(answer[0] if pair else answer, self._noscript):
-                self._send(conn, _command(b"SCRIPT", b"LOAD", source))
-                answer = send(conn, frame)
+            answer = self._loaded(conn, answer, frame, source, pair=pair)
         except BaseException:
             self._drop(conn)
             raise
@@ -273,9 +270,7 @@ class Lane:
         try:
             answer = self._read_pair(conn) if pair else conn._parser.read_response()
             self._rerun_unloaded(conn, owed, replies)
-            if isinstance(answer[0] if pair else answer, self._noscript):
-                self._send(conn, _command(b"SCRIPT", b"LOAD", source))
-                answer = (self._send_pair if pair else self._send)(conn, frame)
+            answer = self._loaded(conn, answer, frame, source, pair=pair)
         except BaseException as exc:
             self._abandon(conn, owed, exc)
             raise
