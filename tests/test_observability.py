@@ -213,6 +213,28 @@ def test_spans_for_claim_execute_complete_under_the_callers_span(
     assert claim.attributes["effectq.outcome"] == "claimed"  # type: ignore[index]
 
 
+def test_a_complete_span_is_a_child_of_the_span_its_call_was_made_under(
+    spans: tuple[TracerProvider, InMemorySpanExporter], redis_store: effectq.RedisStore
+) -> None:
+    """A completion's reply is read with the next call's claim; its span still has the first
+    call's span as parent, and ends when its write did, before the next claim began."""
+    provider, exporter = spans
+    tracer = provider.get_tracer("test")
+    with effectq.run("obs-run", store=redis_store):
+        with tracer.start_as_current_span("first") as first:
+            charge("ok-5", SECRET_ARG)
+        with tracer.start_as_current_span("second") as second:
+            charge("ok-6", SECRET_ARG)
+    found = _by_name(exporter.get_finished_spans())
+    claims, completes = found["effectq.claim obs.charge"], found["effectq.complete obs.charge"]
+    assert len(claims) == len(completes) == 2
+    for parent, claim, complete in zip((first, second), claims, completes, strict=True):
+        for span in (claim, complete):
+            assert span.parent is not None
+            assert span.parent.span_id == parent.get_span_context().span_id
+    assert completes[0].end_time <= claims[1].start_time  # type: ignore[operator]
+
+
 def test_failed_outcomes_are_error_spans_on_the_right_step(
     spans: tuple[TracerProvider, InMemorySpanExporter], redis_store: effectq.RedisStore
 ) -> None:

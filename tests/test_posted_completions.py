@@ -1,13 +1,13 @@
 """A completion is written before its effect returns; its reply is read later, on the real Redis.
 
-Inside a run bound in the calling thread, with no event listener, an effect's
-completion is posted on the store's lane: written at once, its reply read by
-the thread's next script on that connection (which rides behind it) or at the
-run's end. These tests hold what that must not change: the record is completed
-as soon as Redis reads the write, a worker killed right after the effect
-returned leaves it completed, a flushed script cache, a claim taken over and a
-connection lost before the reply was read are each handled as a completion
-waited for would be, and nothing is owed once the run ends.
+Inside a run bound in the calling thread, an effect's completion is posted on
+the store's lane: written at once, its reply read by the thread's next script
+on that connection (which rides behind it) or at the run's end. These tests
+hold what that must not change: the record is completed as soon as Redis reads
+the write, a worker killed right after the effect returned leaves it
+completed, a flushed script cache, a claim taken over and a connection lost
+before the reply was read are each handled as a completion waited for would
+be, and nothing is owed once the run ends.
 """
 
 from __future__ import annotations
@@ -207,21 +207,46 @@ def _client_id(admin: redis.Redis, conn: Any) -> int:
     raise AssertionError(f"no client on port {port}")
 
 
-def test_with_an_event_listener_on_the_completion_is_waited_for(store: effectq.RedisStore) -> None:
-    """Listeners (metrics, tracing) get each completed event, with its own round trip, before the
-    effect returns."""
-    seen: list[str] = []
-    unsubscribe = events.subscribe(lambda event: seen.append(event.kind.value))
+_where: contextvars.ContextVar[str] = contextvars.ContextVar("where", default="outside")
+
+
+def test_with_an_event_listener_on_the_completed_event_comes_with_the_reply(
+    store: effectq.RedisStore,
+) -> None:
+    """Listeners (metrics, tracing) get each completed event once its reply is read, in the
+    context the effect was called in, before the next call's events; its duration is the write's."""
+    seen: list[tuple[str, str, str, float]] = []
+
+    def listen(event: events.Event) -> None:
+        seen.append((event.kind.value, event.key, _where.get(), event.duration))
+
+    unsubscribe = events.subscribe(listen)
 
     @effectq.effect(name="posted.listened")
     def act(n: int) -> int:
+        time.sleep(0.05)  # a side effect that takes a while: not part of the completion's duration
         return n
 
     try:
         with effectq.run(f"listened-{uuid.uuid4().hex[:8]}", store=store):
+            k5, k6 = act.key(5), act.key(6)
+            _where.set("first")
             act(5)
-            assert seen[-1] == "completed"
-            assert _owes(store) == 0
+            assert [kind for kind, *_ in seen] == ["claimed", "executed"]
+            assert _owes(store) == 1  # posted, although a listener is on
+            _where.set("second")
+            act(6)
+            assert [(kind, key, where) for kind, key, where, _ in seen] == [
+                ("claimed", k5, "first"),
+                ("executed", k5, "first"),
+                ("completed", k5, "first"),  # read with the next claim's reply, in the first's context
+                ("claimed", k6, "second"),
+                ("executed", k6, "second"),
+            ]
+            _where.set("third")
+        assert seen[-1][:3] == ("completed", k6, "second")  # the run's end read the last reply
+        completed = [duration for kind, _, _, duration in seen if kind == "completed"]
+        assert all(0 <= duration < 0.05 for duration in completed)  # the write, not the wait after it
     finally:
         unsubscribe()
 

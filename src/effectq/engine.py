@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import inspect
 import itertools
 import logging
@@ -244,7 +245,14 @@ def is_crash(exc: BaseException) -> bool:
 
 
 def _emit(
-    call: Call, kind: EventKind, started_ns: int, *, attempt: int = 0, error: str = "", step: str = ""
+    call: Call,
+    kind: EventKind,
+    started_ns: int,
+    *,
+    attempt: int = 0,
+    error: str = "",
+    step: str = "",
+    ended_ns: int | None = None,
 ) -> None:
     if not events.listeners():
         return
@@ -257,7 +265,7 @@ def _emit(
             call.store.namespace,  # namespace
             attempt,  # attempt
             started_ns,  # started_ns
-            (time.time_ns() - started_ns) / 1e9,  # duration
+            ((ended_ns or time.time_ns()) - started_ns) / 1e9,  # duration
             error,  # error
             step or events.STEPS[kind],  # step
         )
@@ -650,27 +658,46 @@ def _record(
         return
 
 
-def _settler(
-    call: Call, token: int, attempt: int, encoded: tuple[bytes | None, ResultState, str]
-) -> Callable[[bool | StoreError], None]:
-    """What to do with a completion's outcome once its reply is read (see ``RedisStore.complete_soon``).
+class _Settle:
+    """What to do with a posted completion's outcome once its reply is read (see
+    ``RedisStore.complete_soon``).
 
     The same as :func:`_record` after a completion, but for the retries: a store
-    error goes straight to the heartbeat's, as the caller has moved on.
+    error goes straight to the heartbeat's, as the caller has moved on. The
+    completed event reaches listeners when the reply confirms it, in the context
+    the effect was called in (a tracing listener parents its span there), and
+    its duration is the write's: what the call waited for.
     """
-    started = time.time_ns()
 
-    def settle(outcome: bool | StoreError) -> None:
+    __slots__ = ("attempt", "call", "context", "encoded", "started", "token", "written")
+
+    def __init__(self, call: Call, token: int, attempt: int, encoded: tuple[bytes | None, ResultState, str]):
+        self.call, self.token, self.attempt, self.encoded = call, token, attempt, encoded
+        self.context = contextvars.copy_context() if events.listeners() else None
+        self.started = time.time_ns()
+        self.written = 0  # when the write went out: set by the caller once it has
+
+    def __call__(self, outcome: bool | StoreError) -> None:
+        call = self.call
         if outcome is True:
-            _emit(call, EventKind.COMPLETED, started, attempt=attempt, error=encoded[2])
+            if self.context is not None:
+                self.context.run(self._completed)
         elif outcome is False:
-            _log_taken_over(call, token)
+            _log_taken_over(call, self.token)
         else:
-            data, state, _ = encoded
+            data, state, _ = self.encoded
             kwargs = {"result": data, "result_state": state, "retention_ms": call.effect.options.retention_ms}
-            _complete_later(call, token, outcome, kwargs)
+            _complete_later(call, self.token, outcome, kwargs)
 
-    return settle
+    def _completed(self) -> None:
+        _emit(
+            self.call,
+            EventKind.COMPLETED,
+            self.started,
+            attempt=self.attempt,
+            error=self.encoded[2],
+            ended_ns=self.written or None,
+        )
 
 
 def _complete_later(call: Call, token: int, exc: BaseException, kwargs: dict[str, Any]) -> None:
@@ -823,21 +850,13 @@ def run_sync(call: Call, invoke: Callable[[EffectContext], Any]) -> Any:
         drive_sync(_record(call, token, value, attempt, encoded=encoded), invoke)
         return value
     complete_soon = getattr(type(store), "complete_soon", None)
-    if (
-        complete_soon is not None
-        and call.run.thread == threading.get_ident()
-        and not events.listeners()
-        and complete_soon(
-            store,
-            key,
-            token,
-            _settler(call, token, attempt, encoded),
-            result=data,
-            result_state=state,
-            retention_ms=options.retention_ms,
-        )
-    ):
-        return value  # written; its reply is read by the next script on that connection, or at the run's end
+    if complete_soon is not None and call.run.thread == threading.get_ident():
+        settle = _Settle(call, token, attempt, encoded)
+        if complete_soon(
+            store, key, token, settle, result=data, result_state=state, retention_ms=options.retention_ms
+        ):
+            settle.written = time.time_ns()
+            return value  # its reply is read by the next script on that connection, or at the run's end
     started = time.time_ns()
     try:
         recorded = store.complete(

@@ -2,7 +2,10 @@
 
 Subscribe a listener; the engine calls it synchronously, in the calling
 thread and context (so a tracing listener sees the caller's current span),
-after each phase of an effect call. A listener that raises is logged and
+after each phase of an effect call. A completion written without waiting for
+its reply (inside a run; see docs/protocol.md) is reported when the reply is
+read: with the next effect's claim, or at the run's end, still in the
+context of the call it belongs to. A listener that raises is logged and
 ignored: observability never changes what an effect does. With no listener
 subscribed, emitting costs one tuple check.
 
@@ -35,7 +38,7 @@ class EventKind(enum.StrEnum):
     EXECUTED = "executed"
     """The function ran and returned; duration: the function."""
     COMPLETED = "completed"
-    """The result was recorded; duration: the write."""
+    """The result was recorded; duration: the write (the round trip, when its reply was waited for)."""
     RELEASED = "released"
     """The function raised an exception that means "not applied"; duration: the function."""
     UNKNOWN = "unknown"
