@@ -4,6 +4,13 @@ Every exception derives from :class:`EffectqError`. Failures end in ``Error``;
 expected outcomes (an effect in flight elsewhere, an outcome nobody can know)
 are named for what happened. Each carries its evidence as attributes, so a
 handler (or an operator reading a log line) does not have to parse messages.
+
+They travel: an exception's ``args`` are its constructor's arguments, so
+``type(exc)(*exc.args)`` makes it again, which is how pickle (multiprocessing,
+Celery's prefork pool) and Celery's JSON result backend rebuild exceptions.
+``str(exc)`` is the message. Pickling keeps every attribute; JSON keeps the
+plain ones (key, name, reason, ...) and leaves out a stored record, a claim
+or a result, which arrive as ``None``.
 """
 
 from __future__ import annotations
@@ -38,6 +45,16 @@ __all__ = [
 class EffectqError(Exception):
     """Base class of every exception effectq raises."""
 
+    def _rebuilt_from(self, *args: Any) -> None:
+        """Keep the message for ``str()``, and make ``args`` what rebuilds this exception:
+        ``type(self)(*args)``. Each subclass with arguments of its own calls it last."""
+        self.__dict__.setdefault("_message", Exception.__str__(self))
+        self.args = args
+
+    def __str__(self) -> str:
+        message = self.__dict__.get("_message")
+        return message if isinstance(message, str) else Exception.__str__(self)
+
 
 class OutcomeUnknown(EffectqError):
     """Nobody can know whether the effect applied; it will not be replayed silently.
@@ -57,7 +74,6 @@ class OutcomeUnknown(EffectqError):
     def __init__(
         self,
         key: str,
-        *,
         name: str = "",
         reason: str = "",
         record: Record | None = None,
@@ -75,6 +91,7 @@ class OutcomeUnknown(EffectqError):
             f"settle it with `effectq resolve{ns} '{key}' --applied` or `--not-applied`, "
             f"or give the effect a reconcile hook."
         )
+        self._rebuilt_from(key, name, reason, None, namespace)
 
 
 class InProgress(EffectqError):
@@ -87,7 +104,7 @@ class InProgress(EffectqError):
         owner: the holder of the claim (``host:pid:...``), when known.
     """
 
-    def __init__(self, key: str, *, name: str = "", waited: float = 0.0, owner: str = "") -> None:
+    def __init__(self, key: str, name: str = "", waited: float = 0.0, owner: str = "") -> None:
         self.key = key
         self.name = name
         self.waited = waited
@@ -96,6 +113,7 @@ class InProgress(EffectqError):
         super().__init__(
             f"effect {name or '?'} is in flight{holder} (key {key!r}); waited {waited:.1f}s for its result"
         )
+        self._rebuilt_from(key, name, waited, owner)
 
 
 class StoreError(EffectqError):
@@ -117,6 +135,7 @@ class CorruptRecordError(StoreError):
             f"the record for key {key!r} is corrupt ({detail}); nothing was run. "
             f"Inspect it with `effectq show '{key}'` before deleting it."
         )
+        self._rebuilt_from(key, detail)
 
 
 class ReplicationError(EffectqError):
@@ -131,11 +150,12 @@ class ReplicationError(EffectqError):
         required: how many the store asks for.
     """
 
-    def __init__(self, key: str, message: str, *, acknowledged: int, required: int) -> None:
+    def __init__(self, key: str, message: str, acknowledged: int, required: int) -> None:
         self.key = key
         self.acknowledged = acknowledged
         self.required = required
         super().__init__(f"{message} ({acknowledged} of {required} replicas acknowledged; key {key!r})")
+        self._rebuilt_from(key, message, acknowledged, required)
 
 
 class ClaimNotReplicatedError(ReplicationError, StoreError):
@@ -149,7 +169,7 @@ class ClaimNotReplicatedError(ReplicationError, StoreError):
         claim: the claim that was granted on the primary (its ``token`` fences it).
     """
 
-    def __init__(self, key: str, *, claim: Claim, acknowledged: int, required: int) -> None:
+    def __init__(self, key: str, claim: Claim, acknowledged: int, required: int) -> None:
         self.claim = claim
         super().__init__(
             key,
@@ -157,6 +177,7 @@ class ClaimNotReplicatedError(ReplicationError, StoreError):
             acknowledged=acknowledged,
             required=required,
         )
+        self._rebuilt_from(key, None, acknowledged, required)
 
 
 class CompletionNotReplicatedError(ReplicationError):
@@ -174,7 +195,7 @@ class CompletionNotReplicatedError(ReplicationError):
     """
 
     def __init__(
-        self, key: str, *, acknowledged: int, required: int, name: str = "", result: Any = None
+        self, key: str, acknowledged: int, required: int, name: str = "", result: Any = None
     ) -> None:
         self.name = name
         self.result = result
@@ -185,6 +206,7 @@ class CompletionNotReplicatedError(ReplicationError):
             acknowledged=acknowledged,
             required=required,
         )
+        self._rebuilt_from(key, acknowledged, required, name, None)
 
 
 class NoActiveRun(EffectqError):
@@ -198,6 +220,7 @@ class NoActiveRun(EffectqError):
             f"`with effectq.run(run_id, store=store):` or install the Celery/Dramatiq integration. "
             f"Nothing was run."
         )
+        self._rebuilt_from(name)
 
 
 class NoActiveEffect(EffectqError, LookupError):
@@ -211,9 +234,10 @@ class InvalidInputError(EffectqError, TypeError):
         argument: the argument (and path inside it) that could not be canonicalised.
     """
 
-    def __init__(self, message: str, *, argument: str = "") -> None:
+    def __init__(self, message: str, argument: str = "") -> None:
         self.argument = argument
         super().__init__(message)
+        self._rebuilt_from(message, argument)
 
 
 class InvalidKeyError(EffectqError, ValueError):
@@ -229,7 +253,7 @@ class InputMismatchError(EffectqError):
         input_hash: hash of this call's input.
     """
 
-    def __init__(self, key: str, *, name: str, recorded_hash: str, input_hash: str) -> None:
+    def __init__(self, key: str, name: str, recorded_hash: str, input_hash: str) -> None:
         self.key = key
         self.name = name
         self.recorded_hash = recorded_hash
@@ -238,6 +262,7 @@ class InputMismatchError(EffectqError):
             f"effect {name} key {key!r} was recorded with a different input "
             f"(recorded {recorded_hash[:12]}, now {input_hash[:12]}); not run again"
         )
+        self._rebuilt_from(key, name, recorded_hash, input_hash)
 
 
 class ResultNotRecordedError(EffectqError):
@@ -248,7 +273,7 @@ class ResultNotRecordedError(EffectqError):
         reason: why the result was not recorded (too large, not serialisable).
     """
 
-    def __init__(self, key: str, *, name: str, reason: str) -> None:
+    def __init__(self, key: str, name: str, reason: str) -> None:
         self.key = key
         self.name = name
         self.reason = reason
@@ -256,6 +281,7 @@ class ResultNotRecordedError(EffectqError):
             f"effect {name} already applied (key {key!r}) but its result was not recorded "
             f"({reason}); it will not run again"
         )
+        self._rebuilt_from(key, name, reason)
 
 
 class ResultDecodeError(EffectqError):
@@ -265,13 +291,15 @@ class ResultDecodeError(EffectqError):
         key: the effect key.
     """
 
-    def __init__(self, key: str, *, name: str, detail: str) -> None:
+    def __init__(self, key: str, name: str, detail: str) -> None:
         self.key = key
         self.name = name
+        self.detail = detail
         super().__init__(
             f"effect {name} already applied (key {key!r}) but its recorded result does not "
             f"validate as the return type any more: {detail}"
         )
+        self._rebuilt_from(key, name, detail)
 
 
 class ReconcileError(EffectqError):
@@ -281,10 +309,11 @@ class ReconcileError(EffectqError):
         key: the effect key.
     """
 
-    def __init__(self, key: str, *, name: str) -> None:
+    def __init__(self, key: str, name: str) -> None:
         self.key = key
         self.name = name
         super().__init__(f"reconcile of effect {name} (key {key!r}) raised; nothing was run")
+        self._rebuilt_from(key, name)
 
 
 class ResolveRefusedError(EffectqError):
@@ -299,7 +328,9 @@ class ResolveRefusedError(EffectqError):
         self.key = key
         self.status = status
         found = "no record" if status is None else f"status {status}"
+        self.detail = detail
         super().__init__(f"refused to resolve {key!r}: {found}{'; ' + detail if detail else ''}")
+        self._rebuilt_from(key, status, detail)
 
 
 class ConfigurationError(EffectqError, ValueError):

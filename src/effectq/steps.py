@@ -71,17 +71,18 @@ class StepDivergedError(InputMismatchError):
     """
 
     def __init__(
-        self, key: str, *, name: str, ordinal: int, run_id: str, recorded_hash: str, input_hash: str
+        self, key: str, name: str, ordinal: int, run_id: str, recorded_hash: str, input_hash: str
     ) -> None:
         super().__init__(key, name=name, recorded_hash=recorded_hash, input_hash=input_hash)
         self.ordinal = ordinal
         self.run_id = run_id
-        self.args = (
+        self._message = (
             f"step {name} #{ordinal} of run {run_id!r} diverged: it was journaled with another input "
             f"(journaled {recorded_hash[:12]}, now {input_hash[:12]}), so this run no longer makes the "
             f"same calls as the attempt that journaled it. Nothing was run. Look for what changed "
-            f"between attempts (the code, or a value read outside a step); to start over, use a new run id.",
+            f"between attempts (the code, or a value read outside a step); to start over, use a new run id."
         )
+        self._rebuilt_from(key, name, ordinal, run_id, recorded_hash, input_hash)
 
 
 def _ordinal_key(args: dict[str, Any], ctx: KeyContext) -> str:

@@ -83,6 +83,7 @@ class ToolNotAllowed(EffectqError):
         super().__init__(
             f"tool {tool!r} is not allowed in this run (allow({tool!r}) said no); nothing was run"
         )
+        self._rebuilt_from(tool)
 
 
 @overload

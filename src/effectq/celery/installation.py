@@ -247,8 +247,8 @@ def _fail_unknown(task: Any, exc: OutcomeUnknown) -> BaseException:
         exc.key,
         exc.reason or "outcome unknown",
     )
+    # A fresh one, without the record and the traceback: what a result backend keeps and rebuilds.
     recorded = OutcomeUnknown(exc.key, name=exc.name, reason=exc.reason, namespace=exc.namespace)
-    recorded.args = (exc.key,)  # result backends rebuild an exception from its args: OutcomeUnknown(key)
     try:
         task.backend.mark_as_failure(request.id, recorded, request=request)
     except Exception as store_exc:  # no result backend, or it failed: the log line above stands

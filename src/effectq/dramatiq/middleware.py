@@ -50,6 +50,8 @@ class RunNotBoundError(MiddlewareError, EffectqError):
         super().__init__(
             f"effectq could not bind the run of message {message_id} ({reason}); the actor did not run"
         )
+        self.reason = reason
+        self._rebuilt_from(message_id, reason)
 
 
 class _Bound(NamedTuple):
