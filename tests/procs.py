@@ -115,7 +115,31 @@ def taker(url: str, namespace: str, run_id: str, ledger: str, lease: str) -> Non
         say(json.dumps({"result": act(), "token": None}))
 
 
-SCENARIOS = {"race": race, "crash": crash, "zombie": zombie, "taker": taker}
+def exit_pending(url: str, namespace: str, server_pid: str) -> None:
+    """Apply an effect that freezes Redis (SIGSTOP) as it returns, so its completion is written
+    but never answered and waits in the heartbeat; then exit normally, the write still pending."""
+    import logging
+    import os
+    import signal
+
+    logging.basicConfig(level=logging.INFO, format="%(name)s %(levelname)s %(message)s")  # stderr
+    store = effectq.RedisStore.from_url(
+        url, namespace=namespace, socket_timeout=0.5, socket_connect_timeout=0.5
+    )
+    keys: list[str] = []
+
+    @effectq.effect(name="exit.send")
+    def send() -> str:
+        keys.append(effectq.current_effect().key)
+        os.kill(int(server_pid), signal.SIGSTOP)
+        return "sent"
+
+    with effectq.run("exit-run", store=store):
+        send()
+    say(json.dumps({"key": keys[0]}))
+
+
+SCENARIOS = {"race": race, "crash": crash, "zombie": zombie, "taker": taker, "exit_pending": exit_pending}
 
 if __name__ == "__main__":
     SCENARIOS[sys.argv[1]](*sys.argv[2:])

@@ -260,3 +260,26 @@ def test_store_url_gives_each_forked_process_its_own_store(redis_url: str, names
     child.start()
     child.join(30)
     assert out.get(timeout=5) == (True, "RedisStore", namespace)
+
+
+@pytest.mark.parametrize("signal_name", ["worker_shutdown", "worker_process_shutdown"])
+def test_a_worker_shutting_down_tries_pending_writes_once_more(
+    app: Celery, redis_store: effectq.RedisStore, caplog: pytest.LogCaptureFixture, signal_name: str
+) -> None:
+    """A prefork child ends without atexit: Celery's shutdown signals (the main process's and each
+    child's) try the writes the heartbeat still retries, and log each that does not land."""
+    from celery import signals
+
+    from effectq.heartbeat import heartbeat
+
+    effectq.celery.install(app, redis_store)
+
+    def down() -> None:
+        raise ConnectionError("Redis is still down")
+
+    heartbeat.defer(down, "complete of r:send:1", store=redis_store, advice="Settle it with effectq resolve.")
+    with caplog.at_level("ERROR", logger="effectq.repair"):
+        getattr(signals, signal_name).send(sender=None, pid=0, exitcode=0)
+    assert heartbeat.pending()[1] == 0
+    assert "complete of r:send:1 never landed before the worker shut down" in caplog.text
+    assert "Settle it with effectq resolve." in caplog.text

@@ -239,3 +239,24 @@ def test_no_run_leaks_after_a_message(rig: Rig) -> None:
     messages = [probe.message() for _ in range(4)]
     rig.process(*messages)
     assert sorted(seen) == sorted(m.message_id for m in messages)
+
+
+def test_a_worker_shutting_down_tries_pending_writes_once_more(
+    redis_store: effectq.RedisStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A forked worker process ends without atexit: the worker's shutdown tries the writes the
+    heartbeat still retries, and logs each that does not land with what to do."""
+    from effectq.heartbeat import heartbeat
+
+    rig = Rig(redis_store)
+    rig.worker.start()
+
+    def down() -> None:
+        raise ConnectionError("Redis is still down")
+
+    heartbeat.defer(down, "complete of r:send:1", store=redis_store, advice="Settle it with effectq resolve.")
+    with caplog.at_level("ERROR", logger="effectq.repair"):
+        rig.worker.stop()
+    assert heartbeat.pending()[1] == 0
+    assert "complete of r:send:1 never landed before the worker shut down" in caplog.text
+    assert "Settle it with effectq resolve." in caplog.text

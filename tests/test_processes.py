@@ -17,6 +17,7 @@ import pytest
 import redis
 
 import effectq
+from effectq.heartbeat import heartbeat
 
 from .servers import Server
 
@@ -213,3 +214,62 @@ def test_redis_failing_after_the_side_effect_returns_the_result(
     with effectq.run("r1", store=store), caplog.at_level("ERROR", logger="effectq.complete"):
         assert act() == "applied"
     assert "recording it failed" in caplog.text
+
+
+def test_closing_a_store_tries_its_pending_writes_once_more(
+    own_redis: tuple[str, Server], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A completion left to the heartbeat (Redis froze before answering) is tried again when its
+    store closes; when it still fails, the log says which key and the command that settles it.
+    Another store's pending write stays queued."""
+    url, server = own_redis
+    assert server.process is not None
+    store = effectq.RedisStore.from_url(
+        url, namespace="closing", socket_timeout=0.5, socket_connect_timeout=0.5
+    )
+    keys: list[str] = []
+
+    @effectq.effect(name="closing.send")
+    def send() -> str:
+        keys.append(effectq.current_effect().key)
+        os.kill(server.process.pid, signal.SIGSTOP)  # the completion is written, never answered
+        return "sent"
+
+    def other_store_down() -> None:
+        raise ConnectionError("another store, still down")
+
+    try:
+        with caplog.at_level("INFO", logger="effectq"):
+            with effectq.run("r1", store=store):
+                assert send() == "sent"
+            heartbeat.defer(other_store_down, "complete of another store's key", store=object())
+            assert heartbeat.pending()[1] == 2
+            store.close()
+            assert heartbeat.pending()[1] == 1  # only the other store's write is left
+    finally:
+        os.kill(server.process.pid, signal.SIGCONT)
+    assert "never landed before the store closed" in caplog.text
+    assert f"effectq resolve --namespace closing '{keys[0]}' --applied" in caplog.text
+
+
+def test_a_process_exiting_with_a_write_pending_says_what_to_do(own_redis: tuple[str, Server]) -> None:
+    """A worker that exits (a deploy, a warm shutdown) while a completion still waits in the
+    heartbeat tries it once more; when it cannot land, the log names the key and the command."""
+    url, server = own_redis
+    assert server.process is not None
+    child = subprocess.Popen(
+        [sys.executable, "-m", "tests.procs", "exit_pending", url, "exiting", str(server.process.pid)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        out, err = child.communicate(timeout=60)
+    finally:
+        os.kill(server.process.pid, signal.SIGCONT)
+    assert child.returncode == 0, err
+    key = json.loads(out.splitlines()[-1])["key"]
+    assert "recording it failed" in err  # what the call said when it returned
+    assert "never landed before the process exited" in err
+    assert f"effectq resolve --namespace exiting '{key}' --applied" in err

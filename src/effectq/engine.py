@@ -309,7 +309,11 @@ def _claim(call: Call, first: First | None = None) -> Generator[Op, Any, tuple[C
         except StoreError:
             if pause is None:
                 heartbeat.defer(
-                    _abandon(call), f"release of the unanswered claim of {key}", for_seconds=600.0
+                    _abandon(call),
+                    f"release of the unanswered claim of {key}",
+                    for_seconds=600.0,
+                    store=store,
+                    advice=_advice(call, "The effect did not run", "--not-applied"),
                 )
                 raise
             yield SleepOp(pause)
@@ -714,6 +718,17 @@ def _complete_later(call: Call, token: int, exc: BaseException, kwargs: dict[str
         lambda: store.complete(key, token, **kwargs),
         f"complete of {key}",
         for_seconds=max(3600.0, call.effect.options.lease),
+        store=store,
+        advice=_advice(call, "The effect applied", "--applied"),
+    )
+
+
+def _advice(call: Call, what: str, settle: str) -> str:
+    """What an operator must do about a background write to ``call``'s record that never landed."""
+    command = f"effectq resolve --namespace {call.store.namespace} '{call.key}'"
+    return (
+        f"{what}; its record reads as in flight until the lease runs out, then as unknown: "
+        f"settle it with `{command} {settle}`"
     )
 
 
@@ -736,7 +751,12 @@ def _write(
         done = yield from _store(call, fn, *args, **kwargs)
     except StoreError as exc:
         log_release.error("effectq %s of %s failed (%s); retrying in the background", what, call.key, exc)
-        heartbeat.defer(lambda: fn(*args, **kwargs), f"{what} of {call.key}")
+        heartbeat.defer(
+            lambda: fn(*args, **kwargs),
+            f"{what} of {call.key}",
+            store=call.store,
+            advice=_advice(call, "Check the remote system", "--applied` or `--not-applied"),
+        )
         return
     if not done:
         log_release.warning("effectq %s of %s: the claim was taken over meanwhile", what, call.key)

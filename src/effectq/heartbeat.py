@@ -9,11 +9,15 @@ so a new lease rarely has to wake it).
 
 The same thread retries writes that must not be lost when the store blips
 after a side effect (a completion, a release), with backoff, for as long as
-the process lives.
+the process lives. When a store closes, and when the process exits, the
+writes still waiting for it are tried once more at once; each that does not
+land is logged at ERROR with its key and what an operator must do about it,
+instead of vanishing with the thread.
 """
 
 from __future__ import annotations
 
+import atexit
 import heapq
 import itertools
 import logging
@@ -52,13 +56,18 @@ class Lease:
 
 
 class _Repair:
-    __slots__ = ("attempt", "until", "what", "write")
+    __slots__ = ("advice", "attempt", "error", "store", "until", "what", "write")
 
-    def __init__(self, write: Callable[[], object], what: str, until: float) -> None:
+    def __init__(
+        self, write: Callable[[], object], what: str, until: float, store: object, advice: str
+    ) -> None:
         self.write = write
         self.what = what
         self.attempt = 0
         self.until = until
+        self.store = store
+        self.advice = advice
+        self.error: BaseException | None = None
 
 
 class Heartbeat:
@@ -96,13 +105,72 @@ class Heartbeat:
         lease.active = False
         self._leases.pop(id(lease), None)
 
-    def defer(self, write: Callable[[], object], what: str, *, for_seconds: float = 3600.0) -> None:
-        """Retry ``write`` in the background until it returns, or time runs out."""
+    def defer(
+        self,
+        write: Callable[[], object],
+        what: str,
+        *,
+        for_seconds: float = 3600.0,
+        store: object = None,
+        advice: str = "",
+    ) -> None:
+        """Retry ``write`` in the background until it returns, or time runs out.
+
+        Args:
+            write: the write; it raises while the store fails.
+            what: what it writes, for logs (``"complete of <key>"``).
+            for_seconds: how long to keep trying.
+            store: the store it writes to: closing that store tries it once more, then drops it.
+            advice: what an operator must do if it never lands.
+        """
         now = time.monotonic()
-        repair = _Repair(write, what, now + for_seconds)
+        repair = _Repair(write, what, now + for_seconds, store, advice)
         with self._cond:
             heapq.heappush(self._repairs, (now + 0.5, next(self._seq), repair))
             self._wake(now + 0.5)
+
+    def settle_repairs(
+        self, store: object = None, *, why: str = "the store closed", within: float = 5.0
+    ) -> int:
+        """Try the deferred writes to ``store`` (every store: ``None``) once more, now, in this thread.
+
+        Each is dropped afterwards: one that fails again, or that time (``within``
+        seconds in all) does not allow, is logged at ERROR with its advice. Called
+        by ``RedisStore.close()`` and at the process's exit. Returns how many never
+        landed.
+        """
+        with self._cond:
+            mine = [entry for entry in self._repairs if store is None or entry[2].store is store]
+            if not mine:
+                return 0
+            taken = {entry[1] for entry in mine}
+            self._repairs = [entry for entry in self._repairs if entry[1] not in taken]
+            heapq.heapify(self._repairs)
+        deadline = time.monotonic() + within
+        lost = 0
+        for _, _, repair in sorted(mine):
+            if time.monotonic() < deadline:
+                repair.attempt += 1
+                try:
+                    repair.write()
+                except Exception as exc:
+                    repair.error = exc
+                else:
+                    repair_log.info("effectq %s succeeded after %d attempts", repair.what, repair.attempt)
+                    continue
+            lost += 1
+            repair_log.error(
+                "effectq %s never landed before %s (%d attempts; last: %s). %s",
+                repair.what,
+                why,
+                repair.attempt,
+                repair.error or "not tried again: no time left",
+                repair.advice,
+            )
+        return lost
+
+    def _at_exit(self) -> None:
+        self.settle_repairs(why="the process exited")
 
     def pending(self) -> tuple[int, int]:
         """(leases held, repairs queued): for tests and stats."""
@@ -176,9 +244,16 @@ class Heartbeat:
         try:
             repair.write()
         except Exception as exc:
+            repair.error = exc
             now = time.monotonic()
             if now >= repair.until:
-                repair_log.error("effectq gave up %s after %d attempts: %s", repair.what, repair.attempt, exc)
+                repair_log.error(
+                    "effectq gave up %s after %d attempts: %s. %s",
+                    repair.what,
+                    repair.attempt,
+                    exc,
+                    repair.advice,
+                )
                 return
             delay = min(30.0, 0.5 * 2**repair.attempt)
             repair_log.warning("effectq %s failed (%s); retrying in %.0fs", repair.what, exc, delay)
@@ -190,3 +265,4 @@ class Heartbeat:
 
 heartbeat = Heartbeat()
 """The process's heartbeat."""
+atexit.register(heartbeat._at_exit)

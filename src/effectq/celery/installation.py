@@ -24,6 +24,7 @@ from datetime import timedelta
 from typing import Any, NamedTuple
 
 from ..errors import ConfigurationError, InProgress, OutcomeUnknown
+from ..heartbeat import heartbeat
 from ..integration import StoreSource, log_finished, run_id_for, task_effect
 from ..runs import Run, RunScope
 from ..runs import run as bind_run
@@ -89,6 +90,8 @@ class Installation:
             (signals.task_postrun, self._on_postrun),
             (signals.worker_init, self._on_worker_init),
             (signals.worker_process_init, self._on_process_init),
+            (signals.worker_shutdown, self._on_shutdown),
+            (signals.worker_process_shutdown, self._on_shutdown),
             (self.app.on_after_finalize, self._on_finalize),
         ):
             signal.connect(receiver, weak=False)
@@ -138,6 +141,11 @@ class Installation:
         if self.source.url is not None:
             self.source.reset()
             self.source.get()
+
+    def _on_shutdown(self, **_: Any) -> None:
+        """Writes the heartbeat still retries get one more try; each that does not land is logged
+        with what to do (a prefork child ends without running ``atexit``)."""
+        heartbeat.settle_repairs(why="the worker shut down")
 
     def _on_prerun(self, sender: Any = None, task_id: str = "", task: Any = None, **kw: Any) -> None:
         if task is None or task.app is not self.app:

@@ -26,6 +26,7 @@ import dramatiq
 from dramatiq.middleware import Middleware, MiddlewareError, SkipMessage
 
 from ..errors import EffectqError, OutcomeUnknown
+from ..heartbeat import heartbeat
 from ..integration import StoreSource, log_finished, run_id_for, task_effect, task_key
 from ..runs import RunScope
 from ..runs import run as bind_run
@@ -121,6 +122,11 @@ class EffectMiddleware(Middleware):
                 "effectq: EffectMiddleware is added before Retries, so an unknown outcome is retried "
                 "until max_retries instead of failing at once; add it after Retries (the default)"
             )
+
+    def after_worker_shutdown(self, broker: dramatiq.Broker, worker: Any) -> None:
+        """Writes the heartbeat still retries get one more try; each that does not land is logged
+        with what to do (a forked worker process ends without running ``atexit``)."""
+        heartbeat.settle_repairs(why="the worker shut down")
 
     # -- each message ------------------------------------------------------------------
 

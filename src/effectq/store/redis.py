@@ -35,6 +35,7 @@ from ..errors import (
     ResolveRefusedError,
     StoreError,
 )
+from ..heartbeat import heartbeat
 from ..keys import check_namespace, key_digest, sha256, split_default_key
 from ..options import Duration, seconds
 from .base import Claim, ClaimKind, ClaimRequest, Record, ResultState, Status, Unsubscribe
@@ -529,7 +530,10 @@ class RedisStore(RedisOperations):
         return self._notifier.watch(self.record_key(key), callback)
 
     def close(self) -> None:
-        """Stop the notification listener (the client stays open: it is the caller's)."""
+        """Try once more the writes the heartbeat still retries for this store (each that does
+        not land is logged with what to do), stop the notification listener, and hand the
+        lane's connections back (the client stays open: it is the caller's)."""
+        heartbeat.settle_repairs(self)
         self._notifier.close()
         if self._lane is not None:
             self._lane.close()
