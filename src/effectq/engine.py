@@ -924,7 +924,14 @@ async def run_op_async(op: Op) -> Any:
     """Carry out one operation other than invoking the function, in an event loop."""
     kind = type(op)
     if kind is StoreOp:
-        return await asyncio.to_thread(op.fn, *op.args, **op.kwargs)  # type: ignore[union-attr]
+        fn = op.fn  # type: ignore[union-attr]
+        owner = getattr(fn, "__self__", None)
+        # the store's own twins, never a wrapper's that hands attributes on (FaultyStore)
+        twins = getattr(owner, "async_twins", None) if hasattr(type(owner), "async_twins") else None
+        twin = twins.get(fn.__name__) if twins else None
+        if twin is not None:  # sent from this loop: no thread hop
+            return await twin(*op.args, **op.kwargs)  # type: ignore[union-attr]
+        return await asyncio.to_thread(fn, *op.args, **op.kwargs)  # type: ignore[union-attr]
     if kind is WatchOp:
         return await _AsyncWatch().open(op.store, op.key)  # type: ignore[union-attr]
     if kind is BlockOp:

@@ -20,8 +20,9 @@ which routes each call to its slot's primary and follows ``MOVED``/``ASK``.
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import replace
 from importlib import resources
 from typing import TYPE_CHECKING, Any
@@ -38,6 +39,7 @@ from ..errors import (
 from ..heartbeat import heartbeat
 from ..keys import check_namespace, key_digest, sha256, split_default_key
 from ..options import Duration, seconds
+from .async_lane import AsyncLane, async_lane_for
 from .base import Claim, ClaimKind, ClaimRequest, Record, ResultState, Status, Unsubscribe
 from .cluster import check_cluster, cluster_from_url, is_cluster, is_cluster_url
 from .lane import lane_for
@@ -118,6 +120,19 @@ class RedisStore(RedisOperations):
         self._sources = {name: _lua(name) for name in _SCRIPTS}
         self._scripts = {name: client.register_script(source) for name, source in self._sources.items()}
         self._lane = lane_for(client)
+        self._async_lane = None if self._wait_replicas else async_lane_for(client, self._lane)
+        self._twins: dict[str, Callable[..., Awaitable[Any]]] | None = None
+        if self._async_lane is not None:  # a subclass's own claim or complete keeps its thread
+            twins: dict[str, Callable[..., Awaitable[Any]]] = {
+                "claim": self._claim_async,
+                "complete": self._complete_async,
+            }
+            mine = {
+                name: twin
+                for name, twin in twins.items()
+                if getattr(type(self), name) is getattr(RedisStore, name)
+            }
+            self._twins = mine or None
         self._namespace_channel = f"{self._prefix}:{{{self._namespace}}}:notify"
         if self._sharded:
             channels = [f"{self._tag(f'{b:02x}')}:notify" for b in range(256)]
@@ -321,6 +336,54 @@ class RedisStore(RedisOperations):
     # -- primitives ---------------------------------------------------------------------
 
     def claim(self, key: str, request: ClaimRequest) -> Claim:
+        layout, args = self._claim_args(key, request)
+        if not self._wait_replicas:
+            return decode_claim(key, self._run("claim", key, layout.script_keys, args))
+        reply, acknowledged = self._run_replicated("claim", key, layout.script_keys, args)
+        claim = decode_claim(key, reply)
+        if claim.kind is ClaimKind.CLAIMED and self._short(acknowledged):
+            raise ClaimNotReplicatedError(
+                key, claim=claim, acknowledged=acknowledged, required=self._wait_replicas
+            )
+        return claim
+
+    @property
+    def async_twins(self) -> dict[str, Callable[..., Awaitable[Any]]] | None:
+        """Coroutine versions of the primitives an async effect calls every time (claim and
+        complete), sent from the calling loop; None where they would hop to a thread anyway.
+        The engine awaits them in place of ``asyncio.to_thread(primitive, ...)``."""
+        return self._twins
+
+    async def _claim_async(self, key: str, request: ClaimRequest) -> Claim:
+        layout, args = self._claim_args(key, request)
+        return decode_claim(key, await self._run_async("claim", key, layout.script_keys, args))
+
+    async def _complete_async(
+        self,
+        key: str,
+        token: int,
+        *,
+        result: bytes | None,
+        result_state: ResultState,
+        retention_ms: int,
+    ) -> bool:
+        keys, args = self._complete_args(key, token, result, result_state, retention_ms)
+        return bool(await self._run_async("complete", key, keys, args))
+
+    async def _run_async(self, name: str, key: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        lane = self._async_lane
+        assert lane is not None
+        if not AsyncLane.serves(asyncio.get_running_loop()):
+            return await asyncio.to_thread(self._run, name, key, keys, args)
+        try:
+            return await lane.evalsha(
+                self._scripts[name].sha, self._sources[name], keys, args, retry=name in _RETRY_SAFE
+            )
+        except Exception as exc:
+            raise self._failure(name, key, exc) from exc
+
+    def _claim_args(self, key: str, request: ClaimRequest) -> tuple[_Layout, list[Any]]:
+        """claim.lua's layout and arguments, for either path."""
         flags = (
             ("r" if request.can_reconcile else "")
             + ("s" if request.replay_safe else "")
@@ -335,16 +398,7 @@ class RedisStore(RedisOperations):
                 "nothing was written"
             )
         layout = self._layout_of(key)
-        args = [request.lease_ms, request.owner, flags, identity, request.retention_ms]
-        if not self._wait_replicas:
-            return decode_claim(key, self._run("claim", key, layout.script_keys, args))
-        reply, acknowledged = self._run_replicated("claim", key, layout.script_keys, args)
-        claim = decode_claim(key, reply)
-        if claim.kind is ClaimKind.CLAIMED and self._short(acknowledged):
-            raise ClaimNotReplicatedError(
-                key, claim=claim, acknowledged=acknowledged, required=self._wait_replicas
-            )
-        return claim
+        return layout, [request.lease_ms, request.owner, flags, identity, request.retention_ms]
 
     def complete(
         self,
@@ -537,6 +591,8 @@ class RedisStore(RedisOperations):
         self._notifier.close()
         if self._lane is not None:
             self._lane.close()
+        if self._async_lane is not None:
+            self._async_lane.close()
 
 
 class _Layout:
