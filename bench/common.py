@@ -161,6 +161,20 @@ def interleave(
     return series
 
 
+def paths_table(first: dict[str, Series], replay: dict[str, Series]) -> str:
+    """First-time and replay series as one table, each against its floor (the series named so)."""
+    rows = []
+    for label, series, floor in (
+        ("first-time", first, first["floor (SET NX + SET)"]),
+        ("replay", replay, replay["floor (GET)"]),
+    ):
+        for name, s in series.items():
+            rows.append(
+                (label, name, s.us(50), s.us(95), s.us(99), s.us(50) / floor.us(50), s.us(95) / floor.us(95))
+            )
+    return table(["path", "system", "p50", "p95", "p99", "p50 / floor", "p95 / floor"], rows)
+
+
 def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     """A markdown table."""
     text = [list(map(str, headers))] + [[_cell(c) for c in row] for row in rows]

@@ -31,9 +31,9 @@ from effectq import events
 from effectq.store.lane import settle_owed_replies
 
 try:
-    from common import Series, interleave, main_sized, table
+    from common import Series, interleave, main_sized, paths_table
 except ImportError:  # imported as bench.latency
-    from .common import Series, interleave, main_sized, table
+    from .common import Series, interleave, main_sized, paths_table
 
 
 WITH_LISTENER = "effectq, an event listener on"
@@ -223,19 +223,10 @@ def measure(url: str, n: int) -> dict[str, Any]:
 
 def report(result: dict[str, Any]) -> str:
     first, replay = result["first"], result["replay"]
-    rows = []
-    for label, series, floor in (
-        ("first-time", first, first["floor (SET NX + SET)"]),
-        ("replay", replay, replay["floor (GET)"]),
-    ):
-        for name, s in series.items():
-            rows.append(
-                (label, name, s.us(50), s.us(95), s.us(99), s.us(50) / floor.us(50), s.us(95) / floor.us(95))
-            )
     out = [
         f"### Latency of one effect (n = {result['n']} each, interleaved; µs)",
         "",
-        table(["path", "system", "p50", "p95", "p99", "p50 / floor", "p95 / floor"], rows),
+        paths_table(first, replay),
     ]
     if "Powertools" in first:
         pt_first = first["effectq"].us(50) / first["Powertools"].us(50)

@@ -18,6 +18,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import async_latency
 import contention
 import e2e
 import latency
@@ -124,6 +125,8 @@ def main(argv: list[str] | None = None) -> int:
             cleanup(url, *lat["cleanup"])
             parts = pieces.measure(url, size["latency"])
             cleanup(url, *parts["cleanup"])
+            alat = async_latency.measure(url, size["latency"])
+            cleanup(url, *alat["cleanup"])
         red = redelivery.measure(url, size["sizes"], size["repeat"])
         con = contention.measure(url, size["processes"], size["keys"], size["rounds"])
         mem = memory.measure(url, size["memory"])
@@ -135,6 +138,8 @@ def main(argv: list[str] | None = None) -> int:
         f"Machine: {where}.",
         "",
         latency.report(lat),
+        "",
+        async_latency.report(alat),
         "",
         pieces.report(parts),
         "",
