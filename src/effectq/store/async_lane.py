@@ -198,7 +198,7 @@ class AsyncLane:
     @staticmethod
     def serves(loop: asyncio.AbstractEventLoop) -> bool:
         """Whether ``loop`` can hold the lane's connections (a loop without attributes of its
-        own, such as uvloop's, cannot: the scripts then go to a thread)."""
+        own cannot: the scripts then go to a thread)."""
         return hasattr(loop, "__dict__")
 
     def close(self) -> None:
