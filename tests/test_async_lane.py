@@ -249,3 +249,31 @@ def test_a_loop_closed_without_shutting_down_leaves_nothing_behind(redis_store: 
         gc.collect()
     assert ref() is None
     assert calls == [1]
+
+
+def test_a_loop_that_cannot_hold_connections_sends_from_a_thread(
+    redis_store: effectq.RedisStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A loop object without attributes of its own: the scripts go to a worker thread, and the
+    effect applies once all the same."""
+    monkeypatch.setattr(AsyncLane, "serves", staticmethod(lambda loop: False))
+    hopped: list[Any] = []
+    to_thread = asyncio.to_thread
+
+    async def counting(fn: Any, *args: Any, **kwargs: Any) -> Any:
+        hopped.append(getattr(fn, "__name__", fn))
+        return await to_thread(fn, *args, **kwargs)
+
+    monkeypatch.setattr(asyncio, "to_thread", counting)
+    calls: list[int] = []
+    send = _effect(calls)
+
+    async def main() -> None:
+        with effectq.run(f"lane-{uuid.uuid4().hex[:8]}", store=redis_store) as run:
+            run.prefetch_tried = True
+            await send(1)
+            await send(1)
+
+    asyncio.run(main())
+    assert calls == [1]
+    assert hopped == ["_run", "_run", "_run"]  # claim, complete, the replay's claim
