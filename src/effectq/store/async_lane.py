@@ -24,7 +24,6 @@ import asyncio
 import contextlib
 import os
 import sys
-import threading
 import weakref
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
@@ -148,7 +147,6 @@ class AsyncLane:
         self._class = connection_class
         self._settings = settings
         self._keep = keep
-        self._lock = threading.Lock()
         self._timeout = (redis.TimeoutError, TimeoutError, asyncio.TimeoutError)
         self._errors = (redis.ConnectionError, OSError)
         self._response_error = redis.ResponseError
@@ -201,9 +199,6 @@ class AsyncLane:
         own cannot: the scripts then go to a thread)."""
         return hasattr(loop, "__dict__")
 
-    def close(self) -> None:
-        """Nothing to hand back: each loop closes its connections when it shuts down."""
-
     async def _send(self, conn: Any, frame: bytes) -> Any:
         """Write ``frame`` and read one reply; an error reply is returned, not raised."""
         await conn.send_packed_command(frame, check_health=False)
@@ -231,11 +226,7 @@ class AsyncLane:
         stacks = loop.__dict__.get(_STACKS)
         if stacks is None or stacks[0] != _generation:
             stacks = await _hold_on(loop)
-        idle = stacks[1].get(self)
-        if idle is None:
-            with self._lock:
-                idle = stacks[1].setdefault(self, [])
-        return idle
+        return stacks[1].setdefault(self, [])  # only this loop's thread touches its stacks
 
     async def _drop(self, conn: Any) -> None:
         with contextlib.suppress(Exception):

@@ -586,13 +586,12 @@ class RedisStore(RedisOperations):
     def close(self) -> None:
         """Try once more the writes the heartbeat still retries for this store (each that does
         not land is logged with what to do), stop the notification listener, and hand the
-        lane's connections back (the client stays open: it is the caller's)."""
+        lane's connections back (the client stays open: it is the caller's; the async lane's
+        connections close with their event loops)."""
         heartbeat.settle_repairs(self)
         self._notifier.close()
         if self._lane is not None:
             self._lane.close()
-        if self._async_lane is not None:
-            self._async_lane.close()
 
 
 class _Layout:
