@@ -678,8 +678,8 @@ class _Settle:
     def __init__(self, call: Call, token: int, attempt: int, encoded: tuple[bytes | None, ResultState, str]):
         self.call, self.token, self.attempt, self.encoded = call, token, attempt, encoded
         self.context = contextvars.copy_context() if events.listeners() else None
-        self.started = time.time_ns()
-        self.written = 0  # when the write went out: set by the caller once it has
+        self.started = time.time_ns() if self.context is not None else 0  # for the event only
+        self.written = 0  # when the write went out: set by the caller once it has, for the event
 
     def __call__(self, outcome: bool | StoreError) -> None:
         call = self.call
@@ -723,12 +723,14 @@ def _complete_later(call: Call, token: int, exc: BaseException, kwargs: dict[str
     )
 
 
-def _advice(call: Call, what: str, settle: str) -> str:
-    """What an operator must do about a background write to ``call``'s record that never landed."""
+def _advice(call: Call, what: str, *settle: str) -> str:
+    """What an operator must do about a background write to ``call``'s record that never landed:
+    ``settle``, the ``effectq resolve`` flags that may apply."""
     command = f"effectq resolve --namespace {call.store.namespace} '{call.key}'"
+    commands = " or ".join(f"`{command} {flag}`" for flag in settle)
     return (
         f"{what}; its record reads as in flight until the lease runs out, then as unknown: "
-        f"settle it with `{command} {settle}`"
+        f"settle it with {commands}"
     )
 
 
@@ -755,7 +757,7 @@ def _write(
             lambda: fn(*args, **kwargs),
             f"{what} of {call.key}",
             store=call.store,
-            advice=_advice(call, "Check the remote system", "--applied` or `--not-applied"),
+            advice=_advice(call, "Check the remote system", "--applied", "--not-applied"),
         )
         return
     if not done:
@@ -875,7 +877,8 @@ def run_sync(call: Call, invoke: Callable[[EffectContext], Any]) -> Any:
         if complete_soon(
             store, key, token, settle, result=data, result_state=state, retention_ms=options.retention_ms
         ):
-            settle.written = time.time_ns()
+            if settle.context is not None:
+                settle.written = time.time_ns()
             return value  # its reply is read by the next script on that connection, or at the run's end
     started = time.time_ns()
     try:
