@@ -82,6 +82,33 @@ def crash(url: str, namespace: str, run_id: str, ledger: str, lease: str) -> Non
         act()
 
 
+def crash_async(url: str, namespace: str, run_id: str, ledger: str, lease: str, when: str) -> None:
+    """An async effect, its scripts sent from the event loop: apply the side effect, then hang
+    before its completion (``when`` = "before") or after the effect returned ("after"); the
+    test SIGKILLs us."""
+    import asyncio
+
+    client = remote(url)
+    store = effectq.RedisStore.from_url(url, namespace=namespace)
+    assert store.async_twins is not None  # the path under test
+
+    @effectq.effect(name="crash.async_apply", lease=float(lease))
+    async def act() -> str:
+        what = apply(client, ledger, "crashed-attempt")
+        if when == "before":
+            say("applied")
+            await asyncio.sleep(120)
+        return what
+
+    async def main() -> None:
+        with effectq.run(run_id, store=store):
+            await act()
+            say("returned")
+            await asyncio.sleep(120)
+
+    asyncio.run(main())
+
+
 def zombie(url: str, namespace: str, run_id: str, ledger: str, lease: str) -> None:
     """Claim, announce, block until told to go (the test SIGSTOPs us meanwhile), then apply."""
     client = remote(url)
@@ -139,7 +166,14 @@ def exit_pending(url: str, namespace: str, server_pid: str) -> None:
     say(json.dumps({"key": keys[0]}))
 
 
-SCENARIOS = {"race": race, "crash": crash, "zombie": zombie, "taker": taker, "exit_pending": exit_pending}
+SCENARIOS = {
+    "race": race,
+    "crash": crash,
+    "crash_async": crash_async,
+    "zombie": zombie,
+    "taker": taker,
+    "exit_pending": exit_pending,
+}
 
 if __name__ == "__main__":
     SCENARIOS[sys.argv[1]](*sys.argv[2:])

@@ -134,6 +134,41 @@ def test_sigkill_after_the_side_effect_is_reconciled(
     remote.close()
 
 
+@pytest.mark.parametrize("when", ["before", "after"])
+def test_sigkill_around_an_async_effect_is_never_repeated(
+    redis_url: str, redis_client: redis.Redis, namespace: str, ledger: str, when: str
+) -> None:
+    """Async effects send their scripts from the event loop. Killed between the side effect and
+    the record, the redelivery gets unknown; killed after the effect returned, it replays."""
+    import asyncio
+
+    run_id = f"crash-{uuid.uuid4().hex[:8]}"
+    proc = spawn("crash_async", redis_url, namespace, run_id, ledger, "0.5", when)
+    assert read_line(proc) == ("applied" if when == "before" else "returned")
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    store = effectq.RedisStore(redis_client, namespace=namespace)
+    calls: list[int] = []
+
+    @effectq.effect(name="crash.async_apply", lease=0.5, wait=5)
+    async def act() -> str:
+        calls.append(1)
+        return "again"
+
+    async def redelivered() -> str:
+        with effectq.run(run_id, store=store):
+            return await act()
+
+    if when == "before":
+        with pytest.raises(effectq.OutcomeUnknown, match="lease expired"):
+            asyncio.run(redelivered())
+    else:
+        assert asyncio.run(redelivered()) == "crashed-attempt"
+    assert calls == []
+    assert len(applications(redis_client, ledger)) == 1
+    store.close()
+
+
 def test_zombie_cannot_complete_over_the_new_owner(
     redis_url: str, redis_client: redis.Redis, namespace: str, ledger: str
 ) -> None:
