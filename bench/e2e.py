@@ -38,18 +38,25 @@ except ImportError:  # imported as bench.e2e
 HERE = Path(__file__).resolve().parent
 
 
+LABELS = {
+    "none": "no layer",
+    "effectq": "effectq",
+    "floor": "floor: SET NX + SET (redis-py)",
+    "powertools": "Powertools idempotent_function",
+}
+
 SOLO = ("--pool", "solo")
 PREFORK = ("--pool", "prefork", "--concurrency", "2")
 
 
 def _worker(
-    url: str, queue: str, guarded: bool, work_ms: float, pool: tuple[str, ...]
+    url: str, queue: str, layer: str, work_ms: float, pool: tuple[str, ...]
 ) -> subprocess.Popen[bytes]:
     env = {
         **os.environ,
         "EFFECTQ_BENCH_WORK_MS": str(work_ms),
         "EFFECTQ_BENCH_URL": url,
-        "EFFECTQ_BENCH_GUARD": "1" if guarded else "0",
+        "EFFECTQ_BENCH_LAYER": layer,
         "EFFECTQ_BENCH_QUEUE": queue,
         "PYTHONPATH": str(HERE) + os.pathsep + os.environ.get("PYTHONPATH", ""),
     }
@@ -100,6 +107,14 @@ def _batch(url: str, queue: str, tasks: int) -> float:
     return rate
 
 
+def _has_powertools() -> bool:
+    try:
+        import aws_lambda_powertools.utilities.idempotency  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def measure(url: str, tasks: int, rounds: int = 3) -> dict[str, Any]:
     try:
         import celery  # noqa: F401
@@ -107,10 +122,14 @@ def measure(url: str, tasks: int, rounds: int = 3) -> dict[str, Any]:
         import effectq.celery  # noqa: F401
     except ImportError as exc:
         return {"skipped": str(exc)}
+    every = ("none", "effectq", "floor") + (("powertools",) if _has_powertools() else ())
     return {
         "tasks": tasks,
-        "work": {ms: _measure(url, tasks, rounds, ms, SOLO) for ms in (0.0, 2.0, 10.0)},
-        "prefork": _measure(url, tasks, rounds, 0.0, PREFORK),
+        "work": {
+            ms: _measure(url, tasks, rounds, ms, SOLO, every if not ms else ("none", "effectq"))
+            for ms in (0.0, 2.0, 10.0)
+        },
+        "prefork": _measure(url, tasks, rounds, 0.0, PREFORK, every),
         "wake": _wake_up(url),
     }
 
@@ -138,28 +157,31 @@ def _wake_up(url: str, samples: int = 200) -> dict[float, float]:
     return out
 
 
-def _measure(url: str, tasks: int, rounds: int, work_ms: float, pool: tuple[str, ...]) -> dict[str, float]:
+def _measure(
+    url: str, tasks: int, rounds: int, work_ms: float, pool: tuple[str, ...], layers: tuple[str, ...]
+) -> dict[str, float]:
+    """tasks/s of each layer (see e2e_app), each on its own worker, batches interleaved."""
     tag = uuid.uuid4().hex[:6]
-    queues = {False: f"plain-{tag}", True: f"guarded-{tag}"}
-    workers = {guarded: _worker(url, queue, guarded, work_ms, pool) for guarded, queue in queues.items()}
-    rates: dict[bool, list[float]] = {False: [], True: []}
+    queues = {layer: f"{layer}-{tag}" for layer in layers}
+    workers = {layer: _worker(url, queue, layer, work_ms, pool) for layer, queue in queues.items()}
+    rates: dict[str, list[float]] = {layer: [] for layer in layers}
     try:
-        for guarded in (False, True):  # warm up: imports, connections, scripts
-            _batch(url, queues[guarded], 10)
+        for layer in layers:  # warm up: imports, connections, scripts
+            _batch(url, queues[layer], 10)
         per_round = max(1, tasks // rounds)
         for _ in range(rounds):
-            for guarded in (False, True):
-                rates[guarded].append(_batch(url, queues[guarded], per_round))
+            for layer in layers:
+                rates[layer].append(_batch(url, queues[layer], per_round))
     finally:
         for proc in workers.values():
             proc.terminate()
             proc.wait(30)
     client = redis.Redis.from_url(url)
-    for pattern in (f"effectq:{{bench-{queues[True]}*", f"*plain-{tag}*", f"*guarded-{tag}*"):
+    for pattern in (f"effectq:{{bench-effectq-{tag}*", f"*-{tag}*", "test-func.*keyed#*"):
         for key in client.scan_iter(match=pattern, count=1000):
             client.delete(key)
-    plain, guarded = sorted(rates[False])[len(rates[False]) // 2], sorted(rates[True])[len(rates[True]) // 2]
-    return {"plain": plain, "guarded": guarded}
+    client.close()
+    return {layer: sorted(found)[len(found) // 2] for layer, found in rates.items()}
 
 
 def report(r: dict[str, Any]) -> str:
@@ -168,17 +190,22 @@ def report(r: dict[str, Any]) -> str:
     rows: list[tuple[object, ...]] = []
     for ms, rates in r["work"].items():
         what = "effects that do nothing" if not ms else f"effects taking {ms:g} ms each"
-        task_us = 1e6 / rates["plain"]
-        cost = 1e6 / rates["guarded"] - task_us
+        task_us = 1e6 / rates["none"]
+        cost = 1e6 / rates["effectq"] - task_us
         bound = task_us / (task_us + 3 * r["wake"][ms])  # one GET per effect, after as long a wait
-        ratio = rates["guarded"] / rates["plain"]
-        rows.append(("solo", what, rates["plain"], rates["guarded"], ratio, cost, bound))
+        ratio = rates["effectq"] / rates["none"]
+        rows.append(("solo", what, rates["none"], rates["effectq"], ratio, cost, bound))
     if "prefork" in r:
         rates = r["prefork"]
-        cost = 1e6 / rates["guarded"] - 1e6 / rates["plain"]
-        ratio = rates["guarded"] / rates["plain"]
+        cost = 1e6 / rates["effectq"] - 1e6 / rates["none"]
+        ratio = rates["effectq"] / rates["none"]
         task = "effects that do nothing"
-        rows.append(("prefork, 2", task, rates["plain"], rates["guarded"], ratio, cost, "—"))
+        rows.append(("prefork, 2", task, rates["none"], rates["effectq"], ratio, cost, "—"))
+    layers = []
+    for pool, rates in (("solo", r["work"][0.0]), ("prefork, 2", r.get("prefork"))):
+        for layer, rate in (rates or {}).items():
+            mine = rates["effectq"] / rate
+            layers.append((pool, LABELS[layer], rate, rate / rates["none"], "—" if layer == "none" else mine))
     return "\n".join(
         [
             f"### End to end: a Celery task with three effects, Redis broker, one worker "
@@ -209,6 +236,17 @@ def report(r: dict[str, Any]) -> str:
             " of its claim before the side effect cannot beat. A prefork pool of two processes"
             " keeps both cores busy: there what counts is the CPU each task costs, in the worker"
             " and in Redis, and effectq's µs/task is wall time per task at that pace.",
+            "",
+            "The same task with effects that do nothing, each layer on its own worker, in the same"
+            " rounds: a layer that records its claim and its result, and no more, and what users"
+            " pick today.",
+            "",
+            table(["pool", "layer", "tasks/s", "ratio to no layer", "effectq / layer"], layers),
+            "",
+            'The floor layer is the issue\'s "floor" per effect in the task: `SET key NX` before the'
+            " function, `SET key result` after it, two redis-py round trips, with nothing of what"
+            " makes effectq safe (no fencing token, no lease renewal, no unknown after a crash)."
+            " Powertools' first-time path is as many round trips, with more Python.",
         ]
     )
 

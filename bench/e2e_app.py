@@ -1,24 +1,40 @@
 """The Celery app bench/e2e.py runs in a real worker: one task, three effects.
 
 EFFECTQ_BENCH_URL names the Redis (store in db 0, broker in db 1);
-EFFECTQ_BENCH_GUARD=1 installs effectq, 0 runs the same task without it.
+EFFECTQ_BENCH_LAYER says what guards each effect:
+
+* ``none``: nothing (the task as it would run without any idempotency layer);
+* ``effectq``: effectq installed on the app, each function an effect;
+* ``floor``: the least any layer that records its claim and its result can do:
+  ``SET key NX`` before the function, ``SET key result`` after it, on redis-py
+  (no fencing, no lease renewal, no unknown: a crash between the two replays silently);
+* ``powertools``: AWS Lambda Powertools' ``idempotent_function`` with its Redis layer.
 """
 
 from __future__ import annotations
 
+import functools
+import json
 import os
 import time
+import warnings
+from collections.abc import Callable
+from typing import Any
 
 import redis
-from celery import Celery
+from celery import Celery, current_task
 
 import effectq
 
 URL = os.environ["EFFECTQ_BENCH_URL"]
-GUARDED = os.environ.get("EFFECTQ_BENCH_GUARD") == "1"
+LAYER = os.environ.get("EFFECTQ_BENCH_LAYER", "none")
 QUEUE = os.environ.get("EFFECTQ_BENCH_QUEUE", "bench")
 WORK = float(os.environ.get("EFFECTQ_BENCH_WORK_MS", "0")) / 1000
 """How long each effect's side effect takes (an API call, say); 0: the effects do nothing."""
+
+LAYERS = ("none", "effectq", "floor", "powertools")
+if LAYER not in LAYERS:
+    raise SystemExit(f"EFFECTQ_BENCH_LAYER must be one of {', '.join(LAYERS)}, not {LAYER!r}")
 
 app = Celery("e2e", broker=URL.rsplit("/", 1)[0] + "/1")
 app.conf.task_acks_late = True
@@ -26,7 +42,7 @@ app.conf.task_default_queue = QUEUE
 app.conf.worker_prefetch_multiplier = 4
 counter = redis.Redis.from_url(URL)
 
-if GUARDED:
+if LAYER == "effectq":
     import effectq.celery
 
     effectq.celery.install(app, URL, namespace=f"bench-{QUEUE}")
@@ -50,10 +66,54 @@ def notify(order: int) -> dict[str, int]:
     return {"order": order, "notified": 1}
 
 
-if GUARDED:
-    reserve = effectq.effect(name="bench.reserve")(reserve)
-    charge = effectq.effect(name="bench.charge")(charge)
-    notify = effectq.effect(name="bench.notify")(notify)
+Guard = Callable[[Callable[[int], dict[str, int]]], Callable[[int], Any]]
+
+
+def _floor(fn: Callable[[int], dict[str, int]]) -> Callable[[int], Any]:
+    """Two plain round trips around the function: the claim, then the result."""
+    prefix = f"floor:{QUEUE}:{fn.__name__}:"
+
+    @functools.wraps(fn)
+    def guarded(order: int) -> Any:
+        key = prefix + current_task.request.id
+        if not counter.set(key, b"", nx=True, px=60_000):  # taken: never in this benchmark
+            return json.loads(counter.get(key) or b"null")
+        result = fn(order)
+        counter.set(key, json.dumps(result), px=7 * 24 * 3600 * 1000)
+        return result
+
+    return guarded
+
+
+def _powertools(fn: Callable[[int], dict[str, int]]) -> Callable[[int], Any]:
+    from aws_lambda_powertools.utilities.idempotency import IdempotencyConfig, idempotent_function
+    from aws_lambda_powertools.utilities.idempotency.persistence import redis as pt_redis
+
+    layer_class = getattr(pt_redis, "CachePersistenceLayer", None) or pt_redis.RedisCachePersistenceLayer
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        layer = layer_class(client=counter)
+    config = IdempotencyConfig(expires_after_seconds=7 * 24 * 3600)
+    warnings.simplefilter("ignore")  # Powertools warns on every call outside Lambda
+
+    @idempotent_function(data_keyword_argument="payload", persistence_store=layer, config=config)
+    def keyed(payload: dict[str, Any]) -> dict[str, int]:
+        return fn(payload["order"])
+
+    @functools.wraps(fn)
+    def guarded(order: int) -> Any:
+        return keyed(payload={"effect": fn.__name__, "task": current_task.request.id, "order": order})
+
+    return guarded
+
+
+def _effect(fn: Callable[[int], dict[str, int]]) -> Callable[[int], Any]:
+    return effectq.effect(name=f"bench.{fn.__name__}")(fn)
+
+
+GUARDS: dict[str, Guard] = {"effectq": _effect, "floor": _floor, "powertools": _powertools}
+if LAYER in GUARDS:
+    reserve, charge, notify = (GUARDS[LAYER](fn) for fn in (reserve, charge, notify))
 
 
 @app.task(name="bench.fulfil")

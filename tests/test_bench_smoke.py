@@ -34,3 +34,4 @@ def test_benchmarks_run_and_report(tmp_path: Path) -> None:
     ):
         assert section in report
     assert "| NO " not in report  # contention: every key executed exactly once
+    assert "floor: SET NX + SET" in report  # end to end: the floor layer ran beside effectq
