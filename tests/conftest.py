@@ -90,6 +90,16 @@ def redis_store(redis_client: redis.Redis, namespace: str) -> Iterator[effectq.R
 
 
 @pytest.fixture
+def onlooker(redis_url: str, namespace: str) -> Iterator[effectq.RedisStore]:
+    """Another store on its own client, in the same namespace: reads records without touching
+    the connections of the store under test."""
+    store = effectq.RedisStore(redis.Redis.from_url(redis_url), namespace=namespace)
+    yield store
+    store.close()
+    store.client.close()
+
+
+@pytest.fixture
 def fake_store(namespace: str) -> Iterator[effectq.RedisStore]:
     """A RedisStore on fakeredis (lupa runs the same Lua)."""
     store = effectq.RedisStore.embedded(namespace=namespace)

@@ -22,7 +22,6 @@ import textwrap
 import threading
 import time
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -38,15 +37,6 @@ from effectq.store.lane import Lane
 def store(redis_store: effectq.RedisStore) -> effectq.RedisStore:
     assert redis_store._lane is not None  # the path under test
     return redis_store
-
-
-@pytest.fixture
-def onlooker(redis_url: str, namespace: str) -> Iterator[effectq.RedisStore]:
-    """Another store on its own client: reads records without touching the lane under test."""
-    made = effectq.RedisStore(redis.Redis.from_url(redis_url), namespace=namespace)
-    yield made
-    made.close()
-    made.client.close()
 
 
 def _owes(store: effectq.RedisStore) -> int:

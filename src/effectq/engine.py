@@ -40,6 +40,7 @@ from .errors import (
     ClaimNotReplicatedError,
     CompletionNotReplicatedError,
     CorruptRecordError,
+    EffectqError,
     InProgress,
     InputMismatchError,
     OutcomeUnknown,
@@ -290,8 +291,9 @@ def _store(
 def _claim(call: Call, first: First | None = None) -> Generator[Op, Any, tuple[Claim, int]]:
     """Claim, retrying a failed round trip with the same owner (the grant comes back, not a conflict).
 
-    When every try fails, the claim may still have landed: nothing ran under it, so
-    the heartbeat keeps trying to take it back and release it, rather than leave a
+    When every try fails, or the wait for its reply is interrupted (a cancelled task,
+    a time limit), the claim may still have landed: nothing ran under it, so the
+    heartbeat keeps trying to take it back and release it, rather than leave a
     dispatched record to turn into a false unknown. ``first``: the first try, made
     already.
     """
@@ -308,16 +310,16 @@ def _claim(call: Call, first: First | None = None) -> Generator[Op, Any, tuple[C
             raise
         except StoreError:
             if pause is None:
-                heartbeat.defer(
-                    _abandon(call),
-                    f"release of the unanswered claim of {key}",
-                    for_seconds=600.0,
-                    store=store,
-                    advice=_advice(call, "The effect did not run", "--not-applied"),
-                )
+                _take_back_later(call, "unanswered")
                 raise
             yield SleepOp(pause)
             continue
+        except BaseException as exc:
+            if not isinstance(exc, EffectqError | GeneratorExit) and not is_crash(exc):
+                # Interrupted while its reply was awaited (a cancelled task, a time limit, ^C):
+                # the claim may land all the same, with nothing to run under it.
+                _take_back_later(call, "interrupted")
+            raise
         return claim, started
     raise AssertionError("unreachable")  # pragma: no cover
 
@@ -345,6 +347,18 @@ def _give_back(call: Call, exc: ClaimNotReplicatedError) -> Generator[Op, Any, N
         claim.token,
         error="claim not acknowledged by enough replicas; never run",
         retention_ms=call.effect.options.retention_ms,
+    )
+
+
+def _take_back_later(call: Call, what: str) -> None:
+    """A claim that may have landed with nothing run under it: the heartbeat takes it back
+    (the same owner gets its grant again) and releases it, unless someone else holds the key."""
+    heartbeat.defer(
+        _abandon(call),
+        f"release of the {what} claim of {call.key}",
+        for_seconds=600.0,
+        store=call.store,
+        advice=_advice(call, "The effect did not run", "--not-applied"),
     )
 
 

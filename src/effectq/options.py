@@ -73,6 +73,20 @@ the libraries.
 """
 
 
+TIME_LIMITS: frozenset[str] = frozenset(
+    {"billiard.exceptions.SoftTimeLimitExceeded", "billiard.exceptions.TimeLimitExceeded"}
+)
+"""Exceptions a worker's time limit raises from a signal handler wherever the task is, by
+qualified class name. One that cuts a store call short is the task's to handle: the store
+reports it as it is, not as a store failure to retry. (Dramatiq's time limit raises a
+``BaseException``, never taken for a store failure.)"""
+
+
+def is_time_limit(exc: BaseException) -> bool:
+    """Whether ``exc`` is one of :data:`TIME_LIMITS` (or a subclass)."""
+    return any(_qualname(cls) in TIME_LIMITS for cls in type(exc).__mro__)
+
+
 class _FromAnnotation:
     """The recorded type is the function's return annotation."""
 

@@ -38,7 +38,7 @@ from ..errors import (
 )
 from ..heartbeat import heartbeat
 from ..keys import check_namespace, key_digest, sha256, split_default_key
-from ..options import Duration, seconds
+from ..options import Duration, is_time_limit, seconds
 from .async_lane import AsyncLane, async_lane_for
 from .base import Claim, ClaimKind, ClaimRequest, Record, ResultState, Status, Unsubscribe
 from .cluster import check_cluster, cluster_from_url, is_cluster, is_cluster_url
@@ -290,6 +290,8 @@ class RedisStore(RedisOperations):
                 )
             return script(keys=keys, args=args)
         except Exception as exc:
+            if is_time_limit(exc):
+                raise
             raise self._failure(name, key, exc) from exc
 
     def _run_replicated(self, name: str, key: str, keys: list[str], args: list[Any]) -> tuple[Any, int]:
@@ -322,6 +324,8 @@ class RedisStore(RedisOperations):
         except StoreError:
             raise
         except Exception as exc:
+            if is_time_limit(exc):
+                raise
             raise self._failure(name, key, exc) from exc
 
     def _short(self, acknowledged: int) -> bool:
@@ -380,6 +384,8 @@ class RedisStore(RedisOperations):
                 self._scripts[name].sha, self._sources[name], keys, args, retry=name in _RETRY_SAFE
             )
         except Exception as exc:
+            if is_time_limit(exc):
+                raise
             raise self._failure(name, key, exc) from exc
 
     def _claim_args(self, key: str, request: ClaimRequest) -> tuple[_Layout, list[Any]]:
@@ -473,6 +479,8 @@ class RedisStore(RedisOperations):
             record_keys = [f"{tag}:{raw[i : i + 16].hex()}" for i in range(0, len(raw) - 15, 16)]
             values = self._client.mget(record_keys) if len(record_keys) > 1 else []
         except Exception as exc:
+            if is_time_limit(exc):
+                raise
             raise self._failure("prefetch", run_id, exc) from exc
         found: dict[str, Claim] = {}
         for record_key, value in zip(record_keys, values, strict=False):

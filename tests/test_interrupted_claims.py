@@ -1,0 +1,112 @@
+"""A claim whose caller gave up before its reply came is taken back, on the real Redis.
+
+A cancelled asyncio task, a Celery or Dramatiq time limit, ^C: the claim was
+written and may land after its caller stopped listening, with nothing run under
+it. Left alone, it would read as in flight until its lease ran out, then as
+unknown. The heartbeat takes it back with the same owner and releases it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+import uuid
+
+import pytest
+import redis
+
+import effectq
+from effectq.heartbeat import heartbeat
+
+
+def test_a_task_cancelled_while_its_claim_is_on_its_way_leaves_no_false_unknown(
+    redis_store: effectq.RedisStore, onlooker: effectq.RedisStore, redis_url: str
+) -> None:
+    """Redis paused, the claim queued, the task cancelled: Redis grants the claim after the caller
+    gave up, and nothing runs under it. The heartbeat takes it back (the same owner) and releases
+    it, so the next call applies the effect instead of waiting out the lease to meet unknown."""
+    admin = redis.Redis.from_url(redis_url)
+    run_id = f"aclaimcancel-{uuid.uuid4().hex[:8]}"
+    applied: list[int] = []
+
+    @effectq.effect(name="interrupted.cancelled", lease=60.0, wait=10.0)
+    async def act(n: int) -> int:
+        applied.append(n)
+        return n
+
+    async def main() -> None:
+        async with effectq.run(run_id, store=redis_store):
+            admin.execute_command("CLIENT", "PAUSE", "300", "WRITE")
+            task = asyncio.create_task(act(7))
+            await asyncio.sleep(0.1)  # the claim is written and waits for the pause to end
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+
+    try:
+        asyncio.run(main())
+    finally:
+        admin.close()
+    with effectq.run(run_id, store=onlooker):
+        key = act.key(7)
+    _until_released(onlooker, key)
+
+    async def again() -> int:
+        async with effectq.run(run_id, store=onlooker):
+            return await act(7)
+
+    assert asyncio.run(again()) == 7
+    assert applied == [7]  # applied once, by the second call, after the first claim was released
+    assert heartbeat.pending()[1] == 0
+
+
+@pytest.mark.skipif(not hasattr(signal, "setitimer"), reason="needs setitimer")
+def test_a_time_limit_raised_while_the_claim_is_on_its_way_leaves_no_false_unknown(
+    redis_store: effectq.RedisStore, onlooker: effectq.RedisStore, redis_url: str
+) -> None:
+    """The same for a synchronous effect whose claim's wait is cut by a signal handler that
+    raises (Celery's soft time limit works so)."""
+    admin = redis.Redis.from_url(redis_url)
+    run_id = f"alarm-{uuid.uuid4().hex[:8]}"
+    applied: list[int] = []
+
+    @effectq.effect(name="interrupted.alarmed", lease=60.0, wait=10.0)
+    def act(n: int) -> int:
+        applied.append(n)
+        return n
+
+    soft_time_limit = pytest.importorskip("billiard.exceptions").SoftTimeLimitExceeded
+
+    def limit(signum: int, frame: object) -> None:  # as Celery's soft time limit does, wherever the task is
+        raise soft_time_limit("soft time limit exceeded")
+
+    previous = signal.signal(signal.SIGALRM, limit)
+    try:
+        with effectq.run(run_id, store=redis_store):
+            admin.execute_command("CLIENT", "PAUSE", "300", "WRITE")
+            signal.setitimer(signal.ITIMER_REAL, 0.1)  # while the claim waits for the pause to end
+            with pytest.raises(soft_time_limit):  # the task's to handle, not retried as a store failure
+                act(8)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+        admin.close()
+    assert applied == []
+    with effectq.run(run_id, store=onlooker):
+        key = act.key(8)
+    _until_released(onlooker, key)
+    with effectq.run(run_id, store=onlooker):
+        assert act(8) == 8
+    assert applied == [8]
+    assert heartbeat.pending()[1] == 0
+
+
+def _until_released(store: effectq.RedisStore, key: str) -> None:
+    """The claim landed after its caller gave up, and the heartbeat gave it back."""
+    deadline = time.monotonic() + 10
+    record = store.get(key)
+    while time.monotonic() < deadline and (record is None or record.status is not effectq.Status.RELEASED):
+        time.sleep(0.05)
+        record = store.get(key)
+    assert record is not None and record.status is effectq.Status.RELEASED
