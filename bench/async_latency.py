@@ -7,6 +7,12 @@ store's async lane), the same store with that lane off: each script goes to a
 worker thread (``asyncio.to_thread``), as every async effect's did before. All
 run interleaved in one loop, the function itself a no-op.
 
+"effectq" is an effect alone in its run: it waits for its completion's reply,
+as the floor waits for its second ``SET``. "effectq, the next call reads the
+reply" runs effects one after another in a run entered with ``async with`` by
+their task: each completion is written as its effect returns, and its reply read
+by the next claim, written behind it on the same connection.
+
     python bench/async_latency.py [-n 3000] [--redis-url URL]
 """
 
@@ -31,6 +37,9 @@ except ImportError:  # imported as bench.async_latency
 THREAD = "effectq, a thread hop per script"
 """The async lane off: claim and completion each in a worker thread."""
 
+POSTED = "effectq, the next call reads the reply"
+"""Effects one after another in a run their task entered: completions posted."""
+
 
 def measure(url: str, n: int) -> dict[str, Any]:
     return asyncio.run(_measure(url, n))
@@ -52,6 +61,10 @@ async def _measure(url: str, n: int, rounds: int = 10) -> dict[str, Any]:
     async def noop_thread(i: int) -> int:
         return i
 
+    @effectq.effect(name="bench.async_noop_posted")
+    async def noop_posted(i: int) -> int:
+        return i
+
     async def floor_first(i: int) -> None:
         await aclient.set(f"afloor:{tag}:{i}", b"1", nx=True)
         await aclient.set(f"afloor:{tag}:{i}", b"result")
@@ -62,6 +75,7 @@ async def _measure(url: str, n: int, rounds: int = 10) -> dict[str, Any]:
     first: dict[str, Callable[[int], Awaitable[Any]]] = {
         "floor (SET NX + SET)": floor_first,
         "effectq": noop,
+        POSTED: noop_posted,
         THREAD: noop_thread,
     }
     replay: dict[str, Callable[[int], Awaitable[Any]]] = {
@@ -69,7 +83,7 @@ async def _measure(url: str, n: int, rounds: int = 10) -> dict[str, Any]:
         "effectq": noop,
         THREAD: noop_thread,
     }
-    stores = {"effectq": store, THREAD: hopping}
+    stores = {"effectq": store, POSTED: store, THREAD: hopping}
     try:
         with effectq.run(f"bench-{tag}", store=store):
             await noop(-1)  # load the scripts, open a connection
@@ -103,14 +117,23 @@ async def _interleave(
         for name, call in systems.items():
             samples = series[name].samples
             store = stores.get(name)
+            if name == POSTED:  # entered by this task: its effects' completions are posted
+                async with effectq.run(run_id, store=store) as run:
+                    run.prefetch_tried = True
+                    await _timed(call, range(start, min(n, start + per_round)), samples)
+                continue
             with effectq.run(run_id, store=store) if store is not None else _nothing() as run:
                 if run is not None:
                     run.prefetch_tried = True
-                for i in range(start, min(n, start + per_round)):
-                    began = time.perf_counter()
-                    await call(i)
-                    samples.append(time.perf_counter() - began)
+                await _timed(call, range(start, min(n, start + per_round)), samples)
     return series
+
+
+async def _timed(call: Callable[[int], Awaitable[Any]], numbers: range, samples: list[float]) -> None:
+    for i in numbers:
+        began = time.perf_counter()
+        await call(i)
+        samples.append(time.perf_counter() - began)
 
 
 class _nothing:
@@ -129,9 +152,10 @@ def report(result: dict[str, Any]) -> str:
             "",
             paths_table(first, replay),
             "",
-            "The floor is redis-py's asyncio client. An async effect waits for both replies (its"
-            " completion is not written ahead); effectq sends its scripts from the loop, the"
-            f' "{THREAD}" row is the same store sending each from a worker thread.',
+            "The floor is redis-py's asyncio client. effectq sends its scripts from the loop; an"
+            " effect alone waits for both replies, and effects one after another in a run their"
+            f' task entered with `async with` wait for one each ("{POSTED}"). The "{THREAD}" row is'
+            " the same store sending each script from a worker thread.",
         ]
     )
 

@@ -178,8 +178,12 @@ def test_stores_the_lane_cannot_serve_keep_the_thread(redis_client: redis.Redis,
     audited = Audited(redis_client, namespace=namespace)
     twins = audited.async_twins
     assert twins is not None
-    assert set(twins) == {"complete"}  # its own claim runs, in a thread
-    for store in (waited, audited):
+    assert set(twins) == {"complete", "complete_soon"}  # its own claim runs, in a thread
+    spied = effectq.RedisStore(redis_client, namespace=namespace)
+    spied.complete = spied.complete  # type: ignore[method-assign]  # set on the instance, as a spy is
+    twins = spied.async_twins
+    assert twins is not None and set(twins) == {"claim"}
+    for store in (waited, audited, spied):
         store.close()
 
 

@@ -22,9 +22,9 @@ from .context import EffectContext, KeyContext, bind_effect, unbind_effect
 from .engine import (
     Call,
     InvokeOp,
-    drive_async,
     new_owner,
     procedure,
+    run_async,
     run_op_async,
     run_op_sync,
     run_sync,
@@ -200,7 +200,7 @@ class Effect(Generic[P, R]):
         if not leader:
             return await _follow_async(flight, call)
         try:
-            value, _ = await drive_async(procedure(call), functools.partial(self._invoke_async, args, kwargs))
+            value = await run_async(call, functools.partial(self._invoke_async, args, kwargs))
         except BaseException as exc:
             flights.land(call.store, call.key, flight, error=exc)
             raise

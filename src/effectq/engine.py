@@ -30,7 +30,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Callable, Generator
+from collections.abc import Awaitable, Callable, Generator
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import events
@@ -960,7 +960,76 @@ async def run_op_async(op: Op) -> Any:
     raise TypeError(f"not an operation: {op!r}")  # pragma: no cover
 
 
-async def drive_async(proc: Procedure, invoke: Callable[[EffectContext], Any]) -> tuple[Any, bool]:
+async def run_async(call: Call, invoke: Callable[[EffectContext], Awaitable[Any]]) -> Any:
+    """Carry out an async call: its two common outcomes straight through, as :func:`run_sync` does.
+
+    On a store with async twins (scripts sent from the loop), a replay and a first
+    run whose claim, function and completion all succeed skip the procedure's
+    generator frames. Inside a run its task entered (``async with``), the
+    completion is written and not waited for: its reply is read by the task's
+    next script on the store, or when the run ends. Anything else carries on in
+    the procedure, as every call on a store without twins does.
+    """
+    store, key = call.store, call.key
+    twins = getattr(store, "async_twins", None) if hasattr(type(store), "async_twins") else None
+    claim_twin = twins.get("claim") if twins else None
+    if claim_twin is None or call.run.prefetched is not None:
+        return (await drive_async(procedure(call), invoke))[0]
+    started = time.time_ns()
+    try:
+        claim = await claim_twin(key, call.request)
+    except BaseException as exc:
+        return (await drive_async(procedure(call, First(started, error=exc)), invoke))[0]
+    kind = claim.kind
+    if kind is ClaimKind.COMPLETED:
+        value = _replay(call, claim)
+        _emit(call, EventKind.REPLAYED, started, attempt=claim.attempt)
+        if claim.prefetch_hint is not None:
+            await drive_async(_prefetch(call, claim.prefetch_hint), invoke)
+        return value
+    if kind is not ClaimKind.CLAIMED or claim.error:
+        return (await drive_async(procedure(call, First(started, claim)), invoke))[0]
+    token, attempt = claim.token, claim.attempt
+    _emit(call, EventKind.CLAIMED, started, attempt=attempt)
+    options = call.effect.options
+    lease = heartbeat.hold(store, key, token, options.lease_ms)
+    started = time.time_ns()
+    try:
+        value = await invoke(call.context(token, attempt, lease))
+    except BaseException as exc:
+        await drive_async(_failed(call, token, attempt, lease, started, exc), invoke)
+        raise  # pragma: no cover - _failed raises
+    heartbeat.drop(lease)
+    call.run.stats.executed += 1
+    _emit(call, EventKind.EXECUTED, started, attempt=attempt)
+    encoded = data, state, why = call.effect.codec.encode(value, options.max_result_bytes)
+    complete_twin = twins.get("complete") if twins else None
+    if state is not ResultState.STORED or complete_twin is None:
+        await drive_async(_record(call, token, value, attempt, encoded=encoded), invoke)
+        return value
+    post = twins.get("complete_soon") if twins else None
+    if post is not None and call.run.task is not None and call.run.task is asyncio.current_task():
+        settle = _Settle(call, token, attempt, encoded)
+        if post(key, token, settle, result=data, result_state=state, retention_ms=options.retention_ms):
+            if settle.context is not None:
+                settle.written = time.time_ns()
+            return value  # its reply is read by the task's next script on the store, or at the run's end
+    started = time.time_ns()
+    try:
+        recorded = await complete_twin(
+            key, token, result=data, result_state=state, retention_ms=options.retention_ms
+        )
+    except BaseException as exc:
+        await drive_async(_record(call, token, value, attempt, First(started, error=exc), encoded), invoke)
+        return value
+    if not recorded:
+        await drive_async(_record(call, token, value, attempt, First(started, recorded), encoded), invoke)
+        return value
+    _emit(call, EventKind.COMPLETED, started, attempt=attempt, error=why)
+    return value
+
+
+async def drive_async(proc: Generator[Op, Any, _T], invoke: Callable[[EffectContext], Any]) -> _T:
     """Run the procedure in an event loop: store calls in a worker thread, waits as awaits."""
     value: Any = None
     error: BaseException | None = None

@@ -9,6 +9,7 @@ yourself do not inherit it: run them in ``contextvars.copy_context()``.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Mapping
 from contextvars import ContextVar, Token
@@ -18,6 +19,7 @@ from typing import Any
 
 from .errors import ConfigurationError, NoActiveRun
 from .keys import check_run_id
+from .store.async_lane import settle_owed_async
 from .store.base import Store
 from .store.lane import settle_owed_replies
 
@@ -73,6 +75,7 @@ class Run:
         "prefetched",
         "stats",
         "store",
+        "task",
         "thread",
     )
 
@@ -90,6 +93,9 @@ class Run:
         self.thread: int | None = None
         """The thread that entered the run's scope, while it is entered: whose scope's end reads
         the replies its effects' completions left unread (see :meth:`RunScope.__exit__`)."""
+        self.task: asyncio.Task[Any] | None = None
+        """The asyncio task that entered the run's scope with ``async with``, while it is
+        entered: whose scope's end reads the replies its async effects left unread."""
 
     def __repr__(self) -> str:
         return f"Run({self.id!r}, store={self.store!r})"
@@ -146,7 +152,7 @@ class RunScope:
         that a task is acknowledged only after Redis confirmed each completion.
         """
         token, self._token = self._token, None
-        self._run.thread = None
+        self._run.thread = self._run.task = None
         try:
             settle_owed_replies()
         finally:
@@ -154,7 +160,9 @@ class RunScope:
                 _current.reset(token)
 
     async def __aenter__(self) -> Run:
-        return self.__enter__()
+        bound = self.__enter__()
+        bound.task = asyncio.current_task()
+        return bound
 
     async def __aexit__(
         self,
@@ -162,7 +170,12 @@ class RunScope:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self.__exit__(exc_type, exc, tb)
+        """:meth:`__exit__`, once the replies this task's async effects left unread are read."""
+        try:
+            if self._run.task is not None:
+                await settle_owed_async()
+        finally:
+            self.__exit__(exc_type, exc, tb)
 
 
 def run(run_id: str, *, store: Store | None = None, **metadata: Any) -> RunScope:

@@ -28,9 +28,9 @@ import weakref
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
-from .lane import Lane, _command
+from .lane import _MAX_OWED, Lane, Settle, _command, _Owed, _settle_all, _settle_each
 
-__all__ = ["AsyncLane", "async_lane_for"]
+__all__ = ["AsyncLane", "async_lane_for", "settle_owed_async"]
 
 _AS_THEY_ARE = frozenset(
     {
@@ -90,8 +90,14 @@ its own single retry of a dead idle connection and needs none of it."""
 _STACKS = "_effectq_idle_connections"
 """The loop attribute holding, per async lane, its idle connections on that loop."""
 
+_OWING = "_effectq_owed_replies"
+"""The loop attribute holding, per task, the lanes on which it owes replies to posted scripts."""
+
 _generation = 0
 """Bumped in a forked child: stacks of an earlier generation are the parent's, never used."""
+
+_Owing = tuple[Any, _Owed]
+"""A connection that owes a task replies, and the posted scripts they answer."""
 
 
 def _forget_all() -> None:  # a forked child must not write on its parent's sockets
@@ -151,6 +157,8 @@ class AsyncLane:
         self._errors = (redis.ConnectionError, OSError)
         self._response_error = redis.ResponseError
         self._noscript = redis.exceptions.NoScriptError
+        self._write_timeout = redis.TimeoutError
+        self._connection_error = redis.ConnectionError
 
     async def evalsha(
         self, sha: str, source: str | bytes, keys: Sequence[Any], args: Sequence[Any], *, retry: bool
@@ -160,6 +168,12 @@ class AsyncLane:
         ``retry``: the script may run twice; a dead idle connection is then replaced once.
         """
         frame = self._lane._frame(sha, keys, args)
+        owing = _owed_by_this_task(self)
+        if owing is not None:
+            return await self._exchange_behind(owing, frame, source, retry)
+        return await self._exchange(frame, source, retry)
+
+    async def _exchange(self, frame: bytes, source: str | bytes, retry: bool) -> Any:
         conn, reused = await self._take()
         try:
             reply = await self._send(conn, frame)
@@ -193,6 +207,111 @@ class AsyncLane:
             raise reply
         return reply
 
+    def post(
+        self, sha: str, source: str | bytes, keys: Sequence[Any], args: Sequence[Any], settle: Settle
+    ) -> bool:
+        """``EVALSHA`` written now, without waiting; ``settle`` gets its reply when this task reads it.
+
+        That is at this task's next script on the lane, which writes behind it on
+        the same connection, or at :func:`settle_owed_async` (its run's end). Until
+        then the connection belongs to this task. Returns False, having written
+        nothing, when the script is better sent the usual way: no task, no idle
+        connection at hand, or as many tasks owing replies on this loop as the lane
+        keeps connections (thousands of tasks must not hold thousands of connections).
+        """
+        loop = asyncio.get_running_loop()
+        task = asyncio.current_task(loop)
+        stacks = loop.__dict__.get(_STACKS) if self.serves(loop) else None
+        if task is None or stacks is None or stacks[0] != _generation:
+            return False
+        owing = _owing_made(loop)
+        mine = owing.get(task)
+        held = mine.get(self) if mine else None
+        owed: _Owed
+        if held is None:
+            idle = stacks[1].get(self)
+            if not idle or sum(self in lanes for lanes in owing.values()) >= self._keep:
+                return False
+            conn, owed = idle[-1], []
+        else:
+            conn, owed = held
+            if len(owed) >= _MAX_OWED:
+                return False  # sent the usual way, it reads these first
+        writer = getattr(conn, "_writer", None)
+        if writer is None or writer.transport.is_closing():
+            return False  # the usual way finds out what is wrong with it
+        frame = self._lane._frame(sha, keys, args)
+        try:
+            writer.write(frame)
+        except Exception:  # nothing written: the usual way finds out what is wrong
+            return False
+        if held is None:
+            idle.pop()
+            owing.setdefault(task, {})[self] = (conn, owed)
+        owed.append((settle, frame, source))
+        return True
+
+    async def _exchange_behind(self, owing: _Owing, frame: bytes, source: str | bytes, retry: bool) -> Any:
+        """A script on the connection that owes this task replies: written behind them.
+
+        The owed replies are read first (they come first), then this one; the owed
+        are settled once the connection is clean and back on the stack.
+        """
+        conn, owed = owing
+        try:
+            await self._write(conn, frame)
+            replies = [await self._read(conn) for _ in owed]
+        except BaseException as exc:  # the connection broke: this frame's fate is unknown too
+            _abandon(conn, owed, exc)
+            if isinstance(exc, self._timeout) or not (retry and isinstance(exc, self._errors)):
+                raise
+            return await self._exchange(frame, source, retry)  # as on a dead reused connection
+        try:
+            reply = await self._read(conn)
+            for i, (_, sent, script) in enumerate(owed):
+                replies[i] = await self._loaded(conn, replies[i], sent, script)
+            reply = await self._loaded(conn, reply, frame, source)
+        except BaseException as exc:
+            _abandon(conn, owed, exc)
+            raise
+        await self._give(conn)
+        _settle_each(owed, replies)
+        if isinstance(reply, self._response_error):
+            raise reply
+        return reply
+
+    async def _settle(self, owing: _Owing) -> None:
+        """Read the replies ``owing`` holds and settle them; the connection is the lane's again."""
+        conn, owed = owing
+        try:
+            replies = [await self._read(conn) for _ in owed]
+            for i, (_, sent, script) in enumerate(owed):
+                replies[i] = await self._loaded(conn, replies[i], sent, script)
+        except BaseException as exc:
+            _abandon(conn, owed, exc)
+            if isinstance(exc, Exception):
+                return
+            raise
+        await self._give(conn)
+        _settle_each(owed, replies)
+
+    async def _loaded(self, conn: Any, reply: Any, frame: bytes, source: str | bytes) -> Any:
+        """``reply``; or, if NOSCRIPT (a flushed script cache), the reply once the script is
+        loaded and ``frame`` sent again."""
+        if not isinstance(reply, self._noscript):
+            return reply
+        loaded = await self._send(conn, _command(b"SCRIPT", b"LOAD", source))
+        if isinstance(loaded, self._response_error):
+            raise loaded
+        return await self._send(conn, frame)
+
+    async def _read(self, conn: Any) -> Any:
+        """One reply; an error reply is returned, not raised."""
+        try:
+            return await conn.read_response()
+        except self._response_error as exc:  # Redis answered: the connection is as good as before
+            return exc
+
     @staticmethod
     def serves(loop: asyncio.AbstractEventLoop) -> bool:
         """Whether ``loop`` can hold the lane's connections (a loop without attributes of its
@@ -201,11 +320,36 @@ class AsyncLane:
 
     async def _send(self, conn: Any, frame: bytes) -> Any:
         """Write ``frame`` and read one reply; an error reply is returned, not raised."""
-        await conn.send_packed_command(frame, check_health=False)
+        await self._write(conn, frame)
+        return await self._read(conn)
+
+    async def _write(self, conn: Any, frame: bytes) -> None:
+        """``frame`` handed to the connection's transport, in this task.
+
+        redis-py's ``send_packed_command`` runs each write in a task of its own
+        when the connection has a socket timeout (``asyncio.wait_for``): a task
+        and a trip round the loop per script. A frame the transport took whole
+        is on its way; only one it had to buffer is waited for, within the
+        socket timeout. An unconnected connection connects through redis-py.
+        """
+        writer = getattr(conn, "_writer", None)
+        if writer is None:
+            await conn.send_packed_command(frame, check_health=False)
+            return
         try:
-            return await conn.read_response()
-        except self._response_error as exc:  # Redis answered: the connection is as good as before
-            return exc
+            writer.write(frame)
+            if writer.transport.get_write_buffer_size():
+                async with asyncio.timeout(conn.socket_timeout):
+                    await writer.drain()
+            else:
+                await writer.drain()  # never waits here; raises if the connection was lost
+        except TimeoutError:
+            await self._drop(conn)
+            raise self._write_timeout("Timeout writing to socket") from None
+        except OSError as exc:
+            await self._drop(conn)
+            where = getattr(conn, "path", None) or f"{conn.host}:{conn.port}"
+            raise self._connection_error(f"Error writing to {where}: {exc}") from exc
 
     async def _take(self) -> tuple[Any, bool]:
         idle = await self._stack()
@@ -270,3 +414,72 @@ async def _close_at_shutdown(stacks: _Stacks) -> AsyncIterator[None]:
             for conn in connections:
                 with contextlib.suppress(Exception):
                     await conn.disconnect()
+
+
+_Registry = weakref.WeakKeyDictionary["asyncio.Task[Any]", dict["AsyncLane", _Owing]]
+
+
+def _owing_on(loop: asyncio.AbstractEventLoop) -> _Registry | None:
+    """Per task of ``loop``, the connections that owe it replies (only the loop's thread looks)."""
+    held = loop.__dict__.get(_OWING)
+    if held is None or held[0] != _generation:
+        return None
+    registry: _Registry = held[1]
+    return registry
+
+
+def _owing_made(loop: asyncio.AbstractEventLoop) -> _Registry:
+    """:func:`_owing_on`, made for ``loop`` if it has none of this process yet."""
+    registry = _owing_on(loop)
+    if registry is None:
+        registry = weakref.WeakKeyDictionary()
+        setattr(loop, _OWING, (_generation, registry))
+    return registry
+
+
+def _owed_by_this_task(lane: AsyncLane) -> _Owing | None:
+    """The connection on ``lane`` that owes the running task replies, taken from the registry."""
+    loop = asyncio.get_running_loop()
+    owing = _owing_on(loop)
+    if not owing:
+        return None
+    task = asyncio.current_task(loop)
+    mine = owing.get(task) if task is not None else None
+    if not mine or task is None:
+        return None
+    held = mine.pop(lane, None)
+    if not mine:
+        del owing[task]
+    return held
+
+
+def _abandon(conn: Any, owed: _Owed, exc: BaseException) -> None:
+    """A connection that failed owing replies: closed at once (never reused), each owed post
+    settled with ``exc``. Synchronous, so a cancelled task still gets it done."""
+    writer = getattr(conn, "_writer", None)
+    if writer is not None:
+        writer.transport.abort()
+    _settle_all(owed, exc)
+
+
+async def settle_owed_async() -> None:
+    """Read every reply the running task owes on any async lane, and settle each (an async run's
+    end calls this). A failure settles what it stopped from being read with the error."""
+    loop = asyncio.get_running_loop()
+    owing = _owing_on(loop)
+    task = asyncio.current_task(loop)
+    if not owing or task is None:
+        return
+    mine = owing.pop(task, None)
+    if not mine:
+        return
+    left = list(mine.items())
+    try:
+        while left:
+            lane, held = left[0]
+            await lane._settle(held)
+            left.pop(0)
+    except BaseException as exc:  # cancelled while reading: what is left is settled with it
+        for _, (conn, owed) in left[1:]:
+            _abandon(conn, owed, exc)
+        raise

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from importlib import resources
 from typing import TYPE_CHECKING, Any
@@ -121,16 +121,17 @@ class RedisStore(RedisOperations):
         self._scripts = {name: client.register_script(source) for name, source in self._sources.items()}
         self._lane = lane_for(client)
         self._async_lane = None if self._wait_replicas else async_lane_for(client, self._lane)
-        self._twins: dict[str, Callable[..., Awaitable[Any]]] | None = None
+        self._twins: dict[str, Callable[..., Any]] | None = None
         if self._async_lane is not None:  # a subclass's own claim or complete keeps its thread
-            twins: dict[str, Callable[..., Awaitable[Any]]] = {
-                "claim": self._claim_async,
-                "complete": self._complete_async,
+            twins: dict[str, tuple[str, Callable[..., Any]]] = {
+                "claim": ("claim", self._claim_async),
+                "complete": ("complete", self._complete_async),
+                "complete_soon": ("complete", self._complete_soon_async),
             }
             mine = {
                 name: twin
-                for name, twin in twins.items()
-                if getattr(type(self), name) is getattr(RedisStore, name)
+                for name, (primitive, twin) in twins.items()
+                if getattr(type(self), primitive) is getattr(RedisStore, primitive)
             }
             self._twins = mine or None
         self._namespace_channel = f"{self._prefix}:{{{self._namespace}}}:notify"
@@ -352,11 +353,20 @@ class RedisStore(RedisOperations):
         return claim
 
     @property
-    def async_twins(self) -> dict[str, Callable[..., Awaitable[Any]]] | None:
-        """Coroutine versions of the primitives an async effect calls every time (claim and
-        complete), sent from the calling loop; None where they would hop to a thread anyway.
-        The engine awaits them in place of ``asyncio.to_thread(primitive, ...)``."""
-        return self._twins
+    def async_twins(self) -> dict[str, Callable[..., Any]] | None:
+        """Coroutine versions of the primitives an async effect calls every time (``claim`` and
+        ``complete``), sent from the calling loop; None where they would hop to a thread anyway.
+        The engine awaits them in place of ``asyncio.to_thread(primitive, ...)``. Beside them,
+        ``complete_soon``: :meth:`complete_soon` for a task in an event loop (a plain call).
+        A ``claim`` or ``complete`` set on the instance (a test's spy, say) keeps its thread too."""
+        twins = self._twins
+        if twins is not None and ("claim" in self.__dict__ or "complete" in self.__dict__):
+            return {
+                name: twin
+                for name, twin in twins.items()
+                if ("complete" if name == "complete_soon" else name) not in self.__dict__
+            } or None
+        return twins
 
     async def _claim_async(self, key: str, request: ClaimRequest) -> Claim:
         layout, args = self._claim_args(key, request)
@@ -373,6 +383,39 @@ class RedisStore(RedisOperations):
     ) -> bool:
         keys, args = self._complete_args(key, token, result, result_state, retention_ms)
         return bool(await self._run_async("complete", key, keys, args))
+
+    def _complete_soon_async(
+        self,
+        key: str,
+        token: int,
+        settle: Callable[[bool | StoreError], None],
+        *,
+        result: bytes | None,
+        result_state: ResultState,
+        retention_ms: int,
+    ) -> bool:
+        """:meth:`complete_soon` on the async lane, from a task in an event loop: the reply is
+        read by the task's next script on this store or at its run's end
+        (:func:`~effectq.store.async_lane.settle_owed_async`)."""
+        lane = self._async_lane
+        if lane is None:
+            return False
+        keys, args = self._complete_args(key, token, result, result_state, retention_ms)
+        return lane.post(
+            self._scripts["complete"].sha, self._sources["complete"], keys, args, self._settled(key, settle)
+        )
+
+    def _settled(self, key: str, settle: Callable[[bool | StoreError], None]) -> Callable[[Any], None]:
+        """A posted completion's reply (or the exception that stopped it being read) as
+        :meth:`complete` would have returned or raised it, handed to ``settle``."""
+
+        def settled(reply: Any) -> None:
+            if isinstance(reply, BaseException):
+                settle(self._failure("complete", key, reply))
+            else:
+                settle(bool(reply))
+
+        return settled
 
     async def _run_async(self, name: str, key: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
         lane = self._async_lane
@@ -445,14 +488,9 @@ class RedisStore(RedisOperations):
         if lane is None or self._wait_replicas:
             return False
         keys, args = self._complete_args(key, token, result, result_state, retention_ms)
-
-        def settled(reply: Any) -> None:
-            if isinstance(reply, BaseException):
-                settle(self._failure("complete", key, reply))
-            else:
-                settle(bool(reply))
-
-        return lane.post(self._scripts["complete"].sha, self._sources["complete"], keys, args, settled)
+        return lane.post(
+            self._scripts["complete"].sha, self._sources["complete"], keys, args, self._settled(key, settle)
+        )
 
     def _complete_args(
         self, key: str, token: int, result: bytes | None, result_state: ResultState, retention_ms: int
