@@ -238,18 +238,59 @@ def test_a_reply_lost_with_its_connection_is_recorded_in_the_background(
     assert heartbeat.pending()[1] == 0
 
 
-def test_a_task_cancelled_while_it_owes_a_reply_loses_no_completion(
-    store: effectq.RedisStore, onlooker: effectq.RedisStore, redis_url: str
+def test_a_task_cancelled_after_its_owed_reply_came_settles_it_as_it_is(
+    store: effectq.RedisStore, onlooker: effectq.RedisStore, redis_url: str, caplog: Any
 ) -> None:
-    """Cancelled while its next claim waits behind the owed reply (Redis paused): the connection
-    is dropped, the completion Redis already ran stands, and the next call replays it."""
+    """Cancelled while its next claim waits (Redis paused after the completion ran): the owed
+    reply was read before the cancel, so it settles as any other; only the connection goes."""
+    admin = redis.Redis.from_url(redis_url)
+    keys: list[str] = []
+
+    @effectq.effect(name="aposted.cancelled_after")
+    async def act(n: int) -> int:
+        keys.append(effectq.current_effect().key)
+        return n
+
+    async def body(started: asyncio.Event) -> None:
+        try:
+            async with effectq.run(f"acancel-{uuid.uuid4().hex[:8]}", store=store):
+                await act(5)
+                assert _owes(store) == 1
+                admin.execute_command("CLIENT", "PAUSE", "500", "WRITE")  # the claim below waits
+                started.set()
+                await act(6)
+        finally:
+            started.set()  # a failed assertion above must not leave main waiting
+
+    try:
+        with caplog.at_level(logging.INFO, logger="effectq"):
+            asyncio.run(_cancel_once_started(body))
+    finally:
+        admin.execute_command("CLIENT", "UNPAUSE")
+        admin.close()
+    assert [r.getMessage() for r in caplog.records if r.name == "effectq.complete"] == []  # settled
+    assert _completed(onlooker, keys[0])
+    deadline = time.monotonic() + 10
+    while heartbeat.pending()[1] and time.monotonic() < deadline:  # the interrupted claim of 6
+        time.sleep(0.05)
+    assert heartbeat.pending()[1] == 0
+
+
+def test_a_task_cancelled_before_its_owed_reply_came_writes_it_again_quietly(
+    store: effectq.RedisStore, onlooker: effectq.RedisStore, redis_url: str, caplog: Any
+) -> None:
+    """Cancelled while the owed reply itself waits (Redis paused before it ran the completion):
+    the reply is never read, so the heartbeat writes the completion again (the same token), and
+    says so at INFO: a cancel is no failure of Redis. The next call replays it."""
     admin = redis.Redis.from_url(redis_url)
     run_id = f"acancel-{uuid.uuid4().hex[:8]}"
     keys: list[str] = []
     applied: list[int] = []
 
-    @effectq.effect(name="aposted.cancelled")
+    @effectq.effect(name="aposted.cancelled_before")
     async def act(n: int) -> int:
+        if not applied:
+            admin.execute_command("CLIENT", "PAUSE", "500", "WRITE")  # its completion waits
         keys.append(effectq.current_effect().key)
         applied.append(n)
         return n
@@ -259,27 +300,19 @@ def test_a_task_cancelled_while_it_owes_a_reply_loses_no_completion(
             async with effectq.run(run_id, store=store):
                 await act(5)
                 assert _owes(store) == 1
-                admin.execute_command("CLIENT", "PAUSE", "1000", "WRITE")  # the claim below waits
                 started.set()
-                await act(6)
+                await act(6)  # its claim rides behind; the reply before it is not in yet
         finally:
-            started.set()  # a failed assertion above must not leave main waiting
-
-    async def main() -> None:
-        started = asyncio.Event()
-        task = asyncio.create_task(body(started))
-        await started.wait()
-        await asyncio.sleep(0.1)
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
-        admin.execute_command("CLIENT", "UNPAUSE")
+            started.set()
 
     try:
-        asyncio.run(main())
+        with caplog.at_level(logging.INFO, logger="effectq"):
+            asyncio.run(_cancel_once_started(body))
     finally:
         admin.execute_command("CLIENT", "UNPAUSE")
         admin.close()
+    messages = [(r.levelno, r.getMessage()) for r in caplog.records if r.name == "effectq.complete"]
+    assert len(messages) == 1 and messages[0][0] == logging.INFO and "reply not read" in messages[0][1]
     _until_completed(onlooker, keys[0])
 
     async def again() -> int:
@@ -291,6 +324,18 @@ def test_a_task_cancelled_while_it_owes_a_reply_loses_no_completion(
     deadline = time.monotonic() + 10
     while heartbeat.pending()[1] and time.monotonic() < deadline:
         time.sleep(0.05)
+    assert heartbeat.pending()[1] == 0
+
+
+async def _cancel_once_started(body: Any) -> None:
+    """Run ``body(started)`` as a task and cancel it a moment after it sets ``started``."""
+    started = asyncio.Event()
+    task = asyncio.create_task(body(started))
+    await started.wait()
+    await asyncio.sleep(0.1)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
 
 
 def test_effects_in_other_tasks_wait_for_their_own_completions(store: effectq.RedisStore) -> None:

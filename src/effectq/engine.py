@@ -705,7 +705,8 @@ class _Settle:
         else:
             data, state, _ = self.encoded
             kwargs = {"result": data, "result_state": state, "retention_ms": call.effect.options.retention_ms}
-            _complete_later(call, self.token, outcome, kwargs)
+            unread = isinstance(outcome.__cause__, asyncio.CancelledError | KeyboardInterrupt)
+            _complete_later(call, self.token, outcome, kwargs, unread=unread)
 
     def _completed(self) -> None:
         _emit(
@@ -718,16 +719,31 @@ class _Settle:
         )
 
 
-def _complete_later(call: Call, token: int, exc: BaseException, kwargs: dict[str, Any]) -> None:
-    """A completion that failed on the store: retried by the heartbeat thread until it lands."""
+def _complete_later(
+    call: Call, token: int, exc: BaseException, kwargs: dict[str, Any], *, unread: bool = False
+) -> None:
+    """A completion that failed on the store: retried by the heartbeat thread until it lands.
+
+    ``unread``: the completion was written, but its reply was not read because the
+    caller was cancelled meanwhile; Redis most likely ran it, and writing it again
+    (the same token) only makes sure. Logged at INFO, not as a failure.
+    """
     store, key = call.store, call.key
-    log_complete.error(
-        "effectq %s applied but recording it failed (%s); retrying in the background. "
-        "Until it lands, the next call of %s sees it in flight, then unknown.",
-        call.effect.name,
-        exc,
-        key,
-    )
+    if unread:
+        log_complete.info(
+            "effectq %s applied; its completion was written but its reply not read (the caller "
+            "was cancelled); writing it again in the background to be sure (key %s)",
+            call.effect.name,
+            key,
+        )
+    else:
+        log_complete.error(
+            "effectq %s applied but recording it failed (%s); retrying in the background. "
+            "Until it lands, the next call of %s sees it in flight, then unknown.",
+            call.effect.name,
+            exc,
+            key,
+        )
     heartbeat.defer(
         lambda: store.complete(key, token, **kwargs),
         f"complete of {key}",

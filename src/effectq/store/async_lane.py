@@ -271,8 +271,9 @@ class AsyncLane:
             for i, (_, sent, script) in enumerate(owed):
                 replies[i] = await self._loaded(conn, replies[i], sent, script)
             reply = await self._loaded(conn, reply, frame, source)
-        except BaseException as exc:
-            _abandon(conn, owed, exc)
+        except BaseException as exc:  # the owed replies in hand stand; a NOSCRIPT one never ran
+            _abandon(conn, [], exc)
+            _settle_each(owed, [exc if isinstance(r, self._noscript) else r for r in replies])
             raise
         await self._give(conn)
         _settle_each(owed, replies)

@@ -411,7 +411,9 @@ class RedisStore(RedisOperations):
 
         def settled(reply: Any) -> None:
             if isinstance(reply, BaseException):
-                settle(self._failure("complete", key, reply))
+                failure = self._failure("complete", key, reply)
+                failure.__cause__ = reply  # a cancelled read is no failure of Redis: the caller tells
+                settle(failure)
             else:
                 settle(bool(reply))
 
