@@ -12,6 +12,7 @@ be, and nothing is owed once the run ends.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import logging
 import os
@@ -328,3 +329,43 @@ def test_a_post_that_cannot_be_written_says_so_and_settles_what_was_owed(redis_u
     finally:
         lane.close()
         client.close()
+
+
+def test_a_claim_that_times_out_behind_an_owed_reply_keeps_that_reply(
+    redis_url: str, namespace: str, onlooker: effectq.RedisStore, caplog: Any
+) -> None:
+    """The owed completion's reply came before the claim behind it timed out (Redis paused
+    between the two): the completion settles as recorded, nothing is written again, and no
+    failure is logged for it."""
+    client = redis.Redis.from_url(redis_url, socket_timeout=0.3)
+    store = effectq.RedisStore(client, namespace=namespace)
+    admin = redis.Redis.from_url(redis_url)
+    keys: list[str] = []
+
+    @effectq.effect(name="posted.behind_timeout")
+    def act(n: int) -> int:
+        keys.append(effectq.current_effect().key)
+        return n
+
+    try:
+        with (
+            caplog.at_level(logging.INFO, logger="effectq"),
+            effectq.run(f"bt-{uuid.uuid4().hex[:8]}", store=store),
+        ):
+            act(1)
+            assert _owes(store) == 1
+            admin.execute_command("CLIENT", "PAUSE", "1500", "WRITE")  # the next claim times out
+            with contextlib.suppress(effectq.StoreError):
+                act(2)
+    finally:
+        admin.execute_command("CLIENT", "UNPAUSE")
+        admin.close()
+        store.close()
+        client.close()
+    assert not [r.getMessage() for r in caplog.records if r.name == "effectq.complete"]
+    record = onlooker.get(keys[0])
+    assert record is not None and record.status is effectq.Status.COMPLETED
+    deadline = time.monotonic() + 10
+    while heartbeat.pending()[1] and time.monotonic() < deadline:  # the claim of 2, given back
+        time.sleep(0.05)
+    assert heartbeat.pending()[1] == 0

@@ -271,8 +271,9 @@ class Lane:
             answer = self._read_pair(conn) if pair else conn._parser.read_response()
             self._rerun_unloaded(conn, owed, replies)
             answer = self._loaded(conn, answer, frame, source, pair=pair)
-        except BaseException as exc:
-            self._abandon(conn, owed, exc)
+        except BaseException as exc:  # the owed replies in hand stand; a NOSCRIPT one never ran
+            self._drop(conn)
+            _settle_each(owed, [exc if isinstance(r, self._noscript) else r for r in replies])
             raise
         self._give(conn)
         _settle_each(owed, replies)
