@@ -262,12 +262,7 @@ def test_a_task_cancelled_after_its_owed_reply_came_settles_it_as_it_is(
         finally:
             started.set()  # a failed assertion above must not leave main waiting
 
-    try:
-        with caplog.at_level(logging.INFO, logger="effectq"):
-            asyncio.run(_cancel_once_started(body))
-    finally:
-        admin.execute_command("CLIENT", "UNPAUSE")
-        admin.close()
+    _run_cancelled(body, admin, caplog)
     assert [r.getMessage() for r in caplog.records if r.name == "effectq.complete"] == []  # settled
     assert _completed(onlooker, keys[0])
     deadline = time.monotonic() + 10
@@ -305,12 +300,7 @@ def test_a_task_cancelled_before_its_owed_reply_came_writes_it_again_quietly(
         finally:
             started.set()
 
-    try:
-        with caplog.at_level(logging.INFO, logger="effectq"):
-            asyncio.run(_cancel_once_started(body))
-    finally:
-        admin.execute_command("CLIENT", "UNPAUSE")
-        admin.close()
+    _run_cancelled(body, admin, caplog)
     messages = [(r.levelno, r.getMessage()) for r in caplog.records if r.name == "effectq.complete"]
     assert len(messages) == 1 and messages[0][0] == logging.INFO and "reply not read" in messages[0][1]
     _until_completed(onlooker, keys[0])
@@ -325,6 +315,17 @@ def test_a_task_cancelled_before_its_owed_reply_came_writes_it_again_quietly(
     while heartbeat.pending()[1] and time.monotonic() < deadline:
         time.sleep(0.05)
     assert heartbeat.pending()[1] == 0
+
+
+def _run_cancelled(body: Any, admin: redis.Redis, caplog: Any) -> None:
+    """:func:`_cancel_once_started` in a loop of its own, effectq's logs captured from INFO;
+    Redis unpaused and ``admin`` closed whatever happens."""
+    try:
+        with caplog.at_level(logging.INFO, logger="effectq"):
+            asyncio.run(_cancel_once_started(body))
+    finally:
+        admin.execute_command("CLIENT", "UNPAUSE")
+        admin.close()
 
 
 async def _cancel_once_started(body: Any) -> None:

@@ -194,11 +194,7 @@ class AsyncLane:
             await self._drop(conn)
             raise
         try:
-            if isinstance(reply, self._noscript):
-                loaded = await self._send(conn, _command(b"SCRIPT", b"LOAD", source))
-                if isinstance(loaded, self._response_error):
-                    raise loaded
-                reply = await self._send(conn, frame)
+            reply = await self._loaded(conn, reply, frame, source)
         except BaseException:
             await self._drop(conn)
             raise
