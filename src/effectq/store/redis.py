@@ -25,7 +25,7 @@ import logging
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from importlib import resources
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from ..errors import (
     ClaimNotReplicatedError,
@@ -291,9 +291,7 @@ class RedisStore(RedisOperations):
                 )
             return script(keys=keys, args=args)
         except Exception as exc:
-            if is_time_limit(exc):
-                raise
-            raise self._failure(name, key, exc) from exc
+            self._raise_failure(name, key, exc)
 
     def _run_replicated(self, name: str, key: str, keys: list[str], args: list[Any]) -> tuple[Any, int]:
         """A script whose write a failover must not lose: (reply, replicas that acknowledged).
@@ -325,12 +323,17 @@ class RedisStore(RedisOperations):
         except StoreError:
             raise
         except Exception as exc:
-            if is_time_limit(exc):
-                raise
-            raise self._failure(name, key, exc) from exc
+            self._raise_failure(name, key, exc)
 
     def _short(self, acknowledged: int) -> bool:
         return acknowledged < self._wait_replicas
+
+    def _raise_failure(self, op: str, key: str, exc: BaseException) -> NoReturn:
+        """Raise what a store call that failed with ``exc`` means: a :class:`StoreError`; or ``exc``
+        itself when it is a worker's time limit, the task's to handle and no failure of Redis."""
+        if is_time_limit(exc):
+            raise exc
+        raise self._failure(op, key, exc) from exc
 
     def _failure(self, op: str, key: str, exc: BaseException) -> StoreError:
         text = str(exc)
@@ -429,9 +432,7 @@ class RedisStore(RedisOperations):
                 self._scripts[name].sha, self._sources[name], keys, args, retry=name in _RETRY_SAFE
             )
         except Exception as exc:
-            if is_time_limit(exc):
-                raise
-            raise self._failure(name, key, exc) from exc
+            self._raise_failure(name, key, exc)
 
     def _claim_args(self, key: str, request: ClaimRequest) -> tuple[_Layout, list[Any]]:
         """claim.lua's layout and arguments, for either path."""
@@ -519,9 +520,7 @@ class RedisStore(RedisOperations):
             record_keys = [f"{tag}:{raw[i : i + 16].hex()}" for i in range(0, len(raw) - 15, 16)]
             values = self._client.mget(record_keys) if len(record_keys) > 1 else []
         except Exception as exc:
-            if is_time_limit(exc):
-                raise
-            raise self._failure("prefetch", run_id, exc) from exc
+            self._raise_failure("prefetch", run_id, exc)
         found: dict[str, Claim] = {}
         for record_key, value in zip(record_keys, values, strict=False):
             claim = packed_claim(value) if isinstance(value, bytes) else None
@@ -606,7 +605,7 @@ class RedisStore(RedisOperations):
             try:
                 since = when(self._client.zscore(doubt_key, record_key))
             except Exception as exc:
-                raise self._failure("get", key, exc) from exc
+                self._raise_failure("get", key, exc)
         return replace(record, unknown_since=since, ref=record_key)
 
     def read_records(self, record_keys: Sequence[str]) -> list[Record | None]:
@@ -622,7 +621,7 @@ class RedisStore(RedisOperations):
                 script(keys=[record_key], args=[], client=pipe)
             replies = pipe.execute()
         except Exception as exc:
-            raise self._failure("read", ",".join(record_keys[:3]), exc) from exc
+            self._raise_failure("read", ",".join(record_keys[:3]), exc)
         return [self._decode_read("", reply) for reply in replies]
 
     def _decode_read(self, key: str, reply: Any) -> Record | None:

@@ -24,9 +24,10 @@ import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any, NoReturn, Protocol
 
 from ..errors import CorruptRecordError, StoreError
+from ..options import is_time_limit
 from .base import Record, Status
 from .operators import Standing, Summary, since, standing
 
@@ -83,8 +84,11 @@ def _indexes(record_key: str) -> tuple[str, str]:
     return f"{tag}:open", f"{tag}:doubt"
 
 
-def _failure(op: str, exc: BaseException) -> StoreError:
-    return StoreError(f"effectq {op} failed on Redis: {type(exc).__name__}: {exc}")
+def _raise_failure(op: str, exc: BaseException) -> NoReturn:
+    """A :class:`StoreError`; or ``exc`` itself when it is a worker's time limit (the task's)."""
+    if is_time_limit(exc):
+        raise exc
+    raise StoreError(f"effectq {op} failed on Redis: {type(exc).__name__}: {exc}") from exc
 
 
 def _when(score: Any) -> datetime | None:
@@ -102,7 +106,7 @@ class RedisOperations:
         try:
             seconds, micros = self.client.time()
         except Exception as exc:
-            raise _failure("clock", exc) from exc
+            _raise_failure("clock", exc)
         return datetime.fromtimestamp(seconds + micros / 1e6, UTC)
 
     def _per_bucket(self: _Host, queue: Callable[[Any, str, str], None]) -> list[list[Any]]:
@@ -116,7 +120,7 @@ class RedisOperations:
         try:
             replies = pipe.execute()
         except Exception as exc:
-            raise _failure("index read", exc) from exc
+            _raise_failure("index read", exc)
         out, at = [], 0
         for size in sizes:
             out.append(replies[at : at + size])
@@ -137,7 +141,7 @@ class RedisOperations:
             try:
                 replies = self._read_batch(script, batch)
             except Exception as exc:
-                raise _failure("fetch", exc) from exc
+                _raise_failure("fetch", exc)
             for i, name in enumerate(batch):
                 reply, score = replies[2 * i], replies[2 * i + 1]
                 try:
@@ -226,7 +230,7 @@ class RedisOperations:
         except StoreError:
             raise
         except Exception as exc:
-            raise _failure("scan", exc) from exc
+            _raise_failure("scan", exc)
 
     def summary(self: _Host) -> Summary:
         now_ms = _ms(self.clock())
@@ -253,7 +257,7 @@ class RedisOperations:
             try:
                 statuses = pipe.execute(raise_on_error=False)  # a completed record is a string
             except Exception as exc:
-                raise _failure("summary", exc) from exc
+                _raise_failure("summary", exc)
             for (_, score), status in zip(dead, statuses, strict=True):
                 if status == b"d":
                     unknown += 1
@@ -285,7 +289,7 @@ class RedisOperations:
         try:
             exists = pipe.execute() if names else []
         except Exception as exc:
-            raise _failure("prune", exc) from exc
+            _raise_failure("prune", exc)
         pruned = 0
         for name, present in zip(names, exists, strict=True):
             if present:
