@@ -134,7 +134,8 @@ class StoreMachine(RuleBasedStateMachine):
             assert got.input_hash == m.input_hash
         elif m.status is Status.RELEASED:
             expected_kind = grant(fresh=False)
-        elif m.lease != "none" and m.owner == owner:
+        elif m.lease != "none" and m.owner == owner:  # a retried claim: its grant, a lease from now
+            m.lease = lease_after(lease_ms)
             expected_kind = ClaimKind.CLAIMED if m.status is Status.DISPATCHED else ClaimKind.RECONCILE
         elif m.status is Status.PENDING and m.lease == "live":
             expected_kind = ClaimKind.IN_FLIGHT

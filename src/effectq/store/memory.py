@@ -114,7 +114,10 @@ class MemoryStore:
             if status is Status.RELEASED:
                 return self._reclaim(row, request, now)
             if row.owner == request.owner and row.lease_until:
-                return self._granted(row)  # a retried claim of our own
+                # a retried claim of our own, nobody else's since: the same grant, a lease from now
+                row.lease_until = now + request.lease_ms
+                row.updated = now
+                return self._granted(row)
             if status is Status.PENDING:
                 if row.lease_until > now:
                     return self._in_flight(row, now)

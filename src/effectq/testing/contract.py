@@ -92,6 +92,36 @@ class StoreContract:
         assert again.kind is ClaimKind.CLAIMED
         assert again.token == first.token
 
+    def test_retried_claim_takes_a_fresh_lease(self, store: Store, key: str) -> None:
+        """A retried claim whose first try's lease ran out while its reply was lost gets its
+        grant back with a lease from the retry: nobody else takes the key over meanwhile."""
+        first = store.claim(key, _request(owner="me", lease_ms=SHORT_MS))
+        _expire()
+        again = store.claim(key, _request(owner="me"))
+        assert again.kind is ClaimKind.CLAIMED
+        assert (again.token, again.attempt) == (first.token, first.attempt)
+        record = store.get(key)
+        assert record is not None and record.status is Status.DISPATCHED and record.lease_live
+        other = store.claim(key, _request(can_reconcile=True, replay_safe=True))
+        assert other.kind is ClaimKind.IN_FLIGHT
+        assert other.owner == "me"
+
+    def test_retried_reconcile_claim_takes_a_fresh_lease(self, store: Store, key: str) -> None:
+        """The same for a reconcile lease, of a pending record and of an unknown one."""
+        first = {"can_reconcile": True, "reconcile_first": True}
+        pending = store.claim(key, _request(owner="p", lease_ms=SHORT_MS, **first))
+        _expire()
+        again = store.claim(key, _request(owner="p", **first))
+        assert (again.kind, again.token, again.status) == (ClaimKind.RECONCILE, pending.token, Status.PENDING)
+        assert store.claim(key, _request()).kind is ClaimKind.IN_FLIGHT
+        assert store.dispatch(key, again.token, lease_ms=LIVE_MS) == 1
+        assert store.mark_unknown(key, again.token, error="x")
+        held = store.claim(key, _request(owner="u", lease_ms=SHORT_MS, can_reconcile=True))
+        _expire()
+        again = store.claim(key, _request(owner="u", can_reconcile=True))
+        assert (again.kind, again.token, again.status) == (ClaimKind.RECONCILE, held.token, Status.UNKNOWN)
+        assert store.claim(key, _request(can_reconcile=True)).kind is ClaimKind.IN_FLIGHT
+
     def test_missing_record_is_none(self, store: Store, key: str) -> None:
         """get() of a key never claimed is None."""
         assert store.get(key) is None

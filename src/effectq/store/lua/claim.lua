@@ -29,12 +29,15 @@ element:
                 (error: why an unknown is being re-run, when replay_safe re-dispatched it)
    3 IN_FLIGHT  {3, token, attempt, status, remaining lease ms, holder}
    4 UNKNOWN    {4, token, attempt, error, last holder, input hash}  maybe applied
-   5 RECONCILE  {5, token, attempt, status, error}  the caller holds a lease to ask the remote
-                system (status p: nothing ran yet; u: the outcome is unknown)
+   5 RECONCILE  {5, token, attempt, status, error[, input hash]}  the caller holds a lease to ask
+                the remote system (status p: nothing ran yet; u: the outcome is unknown, and the
+                input hash is the recorded attempt's, the one the reconcile asks about)
   -1 CORRUPT    {-1, what was found}
 
-A retried claim of the same owner (and a retried complete or dispatch of the same token) writes:
-a WAIT that follows the retry then covers the first try's write as well.
+A retried claim of the same owner gets its grant back with a lease from now, as long as nobody
+else wrote the record since (its first try's lease may have run out while the reply was lost).
+It writes (and so do a retried complete or dispatch of the same token): a WAIT that follows the
+retry then covers the first try's write as well.
 ]]
 local rec = KEYS[1]
 -- GET first: a completed record answers at once, and a free key needs no second look. Only a
@@ -115,10 +118,13 @@ if s ~= 'p' and s ~= 'd' and s ~= 'u' then
   return {-1, 'status ' .. s}
 end
 if x > 0 and own == owner then
-  -- a retried claim of our own: the same grant again (written, so a WAIT after it covers the first)
-  redis.call('HSET', rec, 'm', now)
+  -- A retried claim of our own, and nobody else has written since (any other grant, or the lease
+  -- running out while dispatched, rewrites o or x): the same grant again, with a lease from now.
+  -- The first try's may have run out while its reply was lost, and nothing ran under it yet.
+  redis.call('HSET', rec, 'x', now + lease, 'm', now)
+  if s ~= 'u' then redis.call('ZADD', open, now + lease, rec) end
   if s == 'd' then return {1, tok, att, s, err} end
-  return {5, tok, att, s, err}
+  return {5, tok, att, s, err, ihash}
 end
 if s == 'p' then
   if x > now then return in_flight() end
