@@ -8,6 +8,7 @@ fails after the store's clock moved past the lease.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 import uuid
@@ -18,8 +19,8 @@ import pytest
 import redis
 
 import effectq
-from effectq.errors import StoreError
-from effectq.store.base import ClaimRequest
+from effectq.errors import InputMismatchError, StoreError
+from effectq.store.base import ClaimRequest, Status
 
 from .lossy import LossyProxy, script_sha
 
@@ -149,3 +150,85 @@ def test_a_claim_retried_after_its_lease_ran_out_runs_once_in_memory() -> None:
     executed, outcomes = _two_workers(a_store, inner, lambda: a_store.lost)
     assert executed == ["A"], outcomes
     assert outcomes == {"A": "shipped by A", "B": "shipped by A"}
+
+
+# -- the attempt that executes owns the record's identity -------------------------------------
+
+
+def _pay_effect(name: str, charges: list[int], **options: Any) -> Any:
+    """An effect charging an invoice (the key names the invoice, not the amount): its first
+    attempt times out (maybe applied), the later ones charge."""
+
+    @effectq.effect(name=name, key=lambda args, ctx: "invoice-7", on_mismatch="raise", **options)
+    def pay(amount: int) -> str:
+        charges.append(amount)
+        if len(charges) == 1:
+            raise TimeoutError("the gateway did not answer")
+        return f"charged {amount}"
+
+    return pay
+
+
+def _call(store: effectq.Store, fn: Callable[..., Any], *args: Any, run_id: str = "") -> Any:
+    with effectq.run(run_id or f"run-{uuid.uuid4().hex[:8]}", store=store):
+        return fn(*args)
+
+
+@pytest.mark.parametrize("how", ["replay_safe", "reconcile"])
+def test_the_attempt_that_re_runs_an_unknown_owns_its_record(store: effectq.Store, how: str) -> None:
+    """pay(100) times out (unknown); pay(250) re-runs it, replay-safe or after a reconcile that
+    found nothing. The record is pay(250)'s: pay(250) replays "charged 250", and pay(100) is told
+    its input differs, as any caller whose input differs from the recorded one is."""
+    charges: list[int] = []
+    options: dict[str, Any] = (
+        {"replay_safe": True} if how == "replay_safe" else {"reconcile": lambda key, args, ctx: None}
+    )
+    pay = _pay_effect(f"edge.pay_{how}", charges, **options)
+    with pytest.raises(TimeoutError):
+        _call(store, pay, 100)
+    assert _call(store, pay, 250, run_id="the-re-run") == "charged 250"
+    assert _call(store, pay, 250) == "charged 250"
+    with pytest.raises(InputMismatchError):
+        _call(store, pay, 100)
+    assert charges == [100, 250]
+    record = store.get("invoice-7")
+    assert record is not None and record.status is Status.COMPLETED
+    assert record.run_id == "the-re-run"
+
+
+@pytest.mark.parametrize("on_mismatch", ["raise", "warn"])
+def test_a_reconcile_that_finds_the_first_attempt_keeps_its_identity(
+    store: effectq.Store, on_mismatch: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """pay(100) times out; pay(250)'s reconcile finds pay(100)'s charge. The record is pay(100)'s
+    (a later pay(100) replays it), and pay(250) gets what a caller whose input differs from the
+    recorded one gets: InputMismatchError, or the recorded result and a warning."""
+    charges: list[int] = []
+    asked: list[dict[str, Any]] = []
+
+    def found(key: str, args: dict[str, Any], ctx: Any) -> str:
+        asked.append(dict(args))
+        return "charged 100"
+
+    @effectq.effect(
+        name="edge.pay_found", key=lambda args, ctx: "invoice-8", reconcile=found, on_mismatch=on_mismatch
+    )
+    def pay(amount: int) -> str:
+        charges.append(amount)
+        raise TimeoutError("the gateway did not answer")
+
+    with pytest.raises(TimeoutError):
+        _call(store, pay, 100, run_id="the-first-run")
+    if on_mismatch == "raise":
+        with pytest.raises(InputMismatchError):
+            _call(store, pay, 250)
+    else:
+        with caplog.at_level(logging.WARNING, logger="effectq.replay"):
+            assert _call(store, pay, 250) == "charged 100"
+        assert "different input" in caplog.text
+    assert asked == [{"amount": 250}]  # the hook is asked with the caller's input
+    assert _call(store, pay, 100) == "charged 100"
+    assert charges == [100]
+    record = store.get("invoice-8")
+    assert record is not None and record.status is Status.COMPLETED
+    assert record.run_id == "the-first-run"

@@ -38,6 +38,7 @@ class Model:
     lease: str = "none"  # none | live | expired
     owner: str = ""
     input_hash: str = ""
+    reconciler_hash: str = ""  # the input hash of a reconcile lease's holder on an unknown
     result: bytes | None = None
     result_state: ResultState = ResultState.STORED
 
@@ -149,14 +150,16 @@ class StoreMachine(RuleBasedStateMachine):
                 assert "lease expired" in got.error
             if m.lease == "live":
                 expected_kind = ClaimKind.IN_FLIGHT
-            elif can_reconcile:
+            elif can_reconcile:  # asks about the recorded attempt, whose identity the record keeps
                 m.token += 1
-                m.lease, m.owner = lease_after(lease_ms), owner
+                m.lease, m.owner, m.reconciler_hash = lease_after(lease_ms), owner, input_hash
                 expected_kind = ClaimKind.RECONCILE
-            elif replay_safe:
+                assert got.input_hash == m.input_hash, (got, m)
+            elif replay_safe:  # the re-run executes: it owns the record
                 m.token += 1
                 m.attempt += 1
                 m.status, m.lease, m.owner = Status.DISPATCHED, lease_after(lease_ms), owner
+                m.input_hash = input_hash
                 expected_kind = ClaimKind.CLAIMED
             else:
                 expected_kind = ClaimKind.UNKNOWN
@@ -218,6 +221,8 @@ class StoreMachine(RuleBasedStateMachine):
             if m.status is Status.DISPATCHED:
                 expect = m.attempt
             elif m.status is Status.PENDING or (m.status is Status.UNKNOWN and m.lease != "none"):
+                if m.status is Status.UNKNOWN:  # the reconciler executes: it owns the record
+                    m.input_hash = m.reconciler_hash
                 m.attempt += 1
                 m.status, m.lease, expect = Status.DISPATCHED, lease_after(lease_ms), m.attempt
         assert attempt == expect, (which, m)
@@ -267,6 +272,7 @@ class StoreMachine(RuleBasedStateMachine):
             return
         assert record is not None
         assert (record.status, record.token, record.attempt) == (m.status, m.token, m.attempt), (record, m)
+        assert record.input_hash == m.input_hash, (record, m)
         if m.status is Status.COMPLETED:
             assert record.result == (m.result if m.result_state is ResultState.STORED else None)
 

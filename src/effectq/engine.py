@@ -489,21 +489,27 @@ def _prefetch(call: Call, hint: Any) -> Generator[Op, Any, None]:
         log_replay.debug("effectq prefetch of run %s failed (%s); claiming one by one", run.id, exc)
 
 
-def _replay(call: Call, claim: Claim) -> Any:
+def _check_input(call: Call, recorded_hash: str) -> None:
+    """A key recorded with another input than this call's: raise, or warn (``on_mismatch``)."""
     effect = call.effect
-    if call.input_hash and claim.input_hash and call.input_hash != claim.input_hash:
+    if call.input_hash and recorded_hash and call.input_hash != recorded_hash:
         if effect.options.on_mismatch is OnMismatch.RAISE:
             raise InputMismatchError(
-                call.key, name=effect.name, recorded_hash=claim.input_hash, input_hash=call.input_hash
+                call.key, name=effect.name, recorded_hash=recorded_hash, input_hash=call.input_hash
             )
         log_replay.warning(
             "effectq %s key %s was recorded with a different input (%s, now %s); returning the "
             "recorded result",
             effect.name,
             call.key,
-            claim.input_hash[:12],
+            recorded_hash[:12],
             call.input_hash[:12],
         )
+
+
+def _replay(call: Call, claim: Claim) -> Any:
+    effect = call.effect
+    _check_input(call, claim.input_hash)
     call.run.stats.replayed += 1
     log_replay.debug("effectq replay %s", call.key)
     if claim.result_state is not ResultState.STORED:
@@ -568,6 +574,9 @@ def _reconcile(call: Call, claim: Claim) -> Generator[Op, Any, Any]:
     call.run.stats.reconciled += 1
     _emit(call, EventKind.RECONCILED, started, attempt=claim.attempt)
     log_reconcile.info("effectq reconcile of %s: already applied; recorded", key)
+    # What applied is the attempt recorded under the key, whose identity the record keeps: a
+    # caller whose input differs is told so, as it would be by a replay of that attempt.
+    _check_input(call, claim.input_hash)
     return value
 
 

@@ -46,6 +46,9 @@ class _Row:
     error: str = ""
     expires: int = 0  # ms; 0 = kept until changed
     unknown_since: int = 0  # ms; when it became UNKNOWN
+    reconciler: tuple[str, str, str] | None = None
+    """Name, run id and input hash of the holder of a reconcile lease on an UNKNOWN: the row
+    keeps the recorded attempt's (what the reconcile asks about) until dispatch runs the holder."""
     watchers: list[Callable[[], None]] = field(default_factory=list)
 
 
@@ -137,6 +140,7 @@ class MemoryStore:
                 row.token += 1
                 row.lease_until = now + request.lease_ms
                 row.owner = request.owner
+                row.reconciler = (request.name, request.run_id, request.input_hash)
                 row.updated = now
                 return self._granted(row)
             if request.replay_safe:
@@ -145,6 +149,7 @@ class MemoryStore:
                 row.status = Status.DISPATCHED
                 row.lease_until = now + request.lease_ms
                 row.owner = request.owner
+                row.name, row.run_id, row.input_hash = request.name, request.run_id, request.input_hash
                 row.updated = now
                 return self._granted(row)
             return Claim(
@@ -166,6 +171,7 @@ class MemoryStore:
         row.owner = request.owner
         row.name, row.run_id = request.name, request.run_id
         row.input_hash = request.input_hash
+        row.reconciler = None
         row.error = ""
         row.result, row.result_state = None, ResultState.STORED
         row.expires = now + request.retention_ms if request.reconcile_first else 0
@@ -288,6 +294,9 @@ class MemoryStore:
                 return 0
             if row.status is Status.UNKNOWN and not row.lease_until:
                 return 0  # the holder that left it unknown may not re-dispatch it
+            if row.status is Status.UNKNOWN and row.reconciler is not None:
+                row.name, row.run_id, row.input_hash = row.reconciler  # the attempt that executes
+                row.reconciler = None
             row.status = Status.DISPATCHED
             row.attempt += 1
             row.lease_until = now + lease_ms

@@ -22,7 +22,7 @@ from collections.abc import Callable
 import pytest
 
 from ..errors import ResolveRefusedError
-from ..store.base import ClaimKind, ClaimRequest, ResultState, Status, Store
+from ..store.base import Claim, ClaimKind, ClaimRequest, ResultState, Status, Store
 
 __all__ = ["StoreContract"]
 
@@ -33,12 +33,14 @@ SHORT_MS = 80
 RETENTION_MS = 60_000
 
 
-def _request(owner: str | None = None, lease_ms: int = LIVE_MS, **kwargs: object) -> ClaimRequest:
+def _request(
+    owner: str | None = None, lease_ms: int = LIVE_MS, run_id: str = "run-1", **kwargs: object
+) -> ClaimRequest:
     return ClaimRequest(
         lease_ms=lease_ms,
         owner=owner or uuid.uuid4().hex,
         name="contract.effect",
-        run_id="run-1",
+        run_id=run_id,
         retention_ms=RETENTION_MS,
         **kwargs,  # type: ignore[arg-type]
     )
@@ -310,6 +312,42 @@ class StoreContract:
         assert again.kind is ClaimKind.CLAIMED
         assert again.attempt == 2
         assert again.token > first.token
+
+    @staticmethod
+    def _rerun_unknown(store: Store, key: str, **rerun: object) -> Claim:
+        """An unknown recorded by run-1 with input h100, claimed again by run-2 with input h250."""
+        first = store.claim(key, _request(input_hash="h100"))
+        store.mark_unknown(key, first.token, error="x")
+        return store.claim(key, _request(input_hash="h250", run_id="run-2", **rerun))
+
+    @staticmethod
+    def _identities(store: Store, key: str, token: int) -> tuple[tuple[str, str], str]:
+        """(run id, input hash) of the record now, and the input hash a replay reports once
+        ``token`` completed it."""
+        record = store.get(key)
+        assert record is not None
+        store.complete(key, token, result=b"1", result_state=ResultState.STORED, retention_ms=RETENTION_MS)
+        return (record.run_id, record.input_hash), store.claim(key, _request()).input_hash
+
+    def test_replay_safe_rerun_owns_the_record(self, store: Store, key: str) -> None:
+        """The re-run of an unknown is what executes: the record takes its run id and input hash."""
+        again = self._rerun_unknown(store, key, replay_safe=True)
+        assert again.kind is ClaimKind.CLAIMED
+        assert self._identities(store, key, again.token) == (("run-2", "h250"), "h250")
+
+    def test_reconcile_asks_about_the_recorded_attempt(self, store: Store, key: str) -> None:
+        """A reconcile lease on an unknown keeps the recorded attempt's identity, and the claim
+        says which input that attempt had; a reconciler that found it completes it as recorded."""
+        rec = self._rerun_unknown(store, key, can_reconcile=True)
+        assert (rec.kind, rec.input_hash) == (ClaimKind.RECONCILE, "h100")
+        assert self._identities(store, key, rec.token) == (("run-1", "h100"), "h100")
+
+    def test_dispatch_after_reconcile_owns_the_record(self, store: Store, key: str) -> None:
+        """A reconciler that found nothing and dispatches is what executes: the record takes its
+        run id and input hash."""
+        rec = self._rerun_unknown(store, key, can_reconcile=True)
+        assert store.dispatch(key, rec.token, lease_ms=LIVE_MS) == 2
+        assert self._identities(store, key, rec.token) == (("run-2", "h250"), "h250")
 
     def test_reconcile_first_starts_pending(self, store: Store, key: str) -> None:
         """reconcile_first claims PENDING (nothing runs yet); dispatch makes it the first attempt."""

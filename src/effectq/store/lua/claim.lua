@@ -2,8 +2,10 @@
 
 A record in flight, released or unknown is a hash; fields: s status (p pending, d dispatched,
 r released, u unknown), t fencing token, a attempt, x lease end (ms, Redis clock; 0 none), o owner,
-h identity: effect name \n run id \n effect key \n input hash (written whole by every grant),
-e error, c created, m modified (absent until the record first changes: read c), w "a waiter is
+h identity: effect name \n run id \n effect key \n input hash (written whole by every grant that
+runs the function: the attempt that executes owns the record), g the identity of the holder of a
+reconcile lease on an unknown (h stays the recorded attempt's, the one the reconcile asks about,
+until dispatch makes g the identity), e error, c created, m modified (absent until the record first changes: read c), w "a waiter is
 listening" flag. Every field is a hash entry Redis writes and reads one by one, so the identity,
 which only a grant writes, is one. Records written before h keep n, u, k and i as fields of their
 own; every script reads both, and a grant rewrites such a record in the new layout.
@@ -84,7 +86,7 @@ local function grant(status, newtok, newatt, fresh)
     fields[#fields + 1] = 'c'
     fields[#fields + 1] = now
   else
-    redis.call('HDEL', rec, 'e', 'n', 'u', 'k', 'i') -- the last grant's error; the old layout's fields
+    redis.call('HDEL', rec, 'e', 'g', 'n', 'u', 'k', 'i') -- the last grant's error, g; the old layout's fields
   end
   redis.call('HSET', rec, unpack(fields))
   if status == 'p' then
@@ -141,11 +143,12 @@ end
 -- unknown
 if x > now then return in_flight() end
 if string.find(flags, 'r', 1, true) then
-  redis.call('HSET', rec, 't', tok + 1, 'x', now + lease, 'o', owner, 'm', now)
-  return {5, tok + 1, att, s, err}
+  redis.call('HSET', rec, 't', tok + 1, 'x', now + lease, 'o', owner, 'g', ARGV[4], 'm', now)
+  return {5, tok + 1, att, s, err, ihash}
 end
 if string.find(flags, 's', 1, true) then
-  redis.call('HSET', rec, 's', 'd', 't', tok + 1, 'a', att + 1, 'x', now + lease, 'o', owner, 'm', now)
+  redis.call('HSET', rec, 's', 'd', 't', tok + 1, 'a', att + 1, 'x', now + lease, 'o', owner,
+    'h', ARGV[4], 'm', now) -- the re-run's identity: it is what executes
   redis.call('ZREM', doubt, rec)
   redis.call('ZADD', open, now + lease, rec)
   return {1, tok + 1, att + 1, 'd', err}

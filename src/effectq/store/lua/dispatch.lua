@@ -2,6 +2,7 @@
 
 PENDING/UNKNOWN held by the token (an UNKNOWN only with its reconcile lease: the holder that
 left it unknown keeps its token, but may not re-dispatch) -> DISPATCHED, attempt + 1, a fresh lease.
+An UNKNOWN takes the reconciler's identity (g, see claim.lua): the attempt that executes owns it.
 
 KEYS[1] the record   KEYS[2] the open index   KEYS[3] the doubt index
 ARGV[1] token   ARGV[2] lease, ms
@@ -9,7 +10,7 @@ ARGV[1] token   ARGV[2] lease, ms
 Reply: the attempt number (>= 1); 0 lost: the token no longer holds it.
 ]]
 local rec = KEYS[1]
-local r = redis.pcall('HMGET', rec, 's', 't', 'a', 'x')
+local r = redis.pcall('HMGET', rec, 's', 't', 'a', 'x', 'g')
 if r['err'] then return 0 end -- completed (a packed string): nothing to change
 local s = r[1]
 if not s or r[2] ~= ARGV[1] then return 0 end
@@ -24,6 +25,10 @@ if s ~= 'p' and s ~= 'u' then return 0 end
 if s == 'u' and (tonumber(r[4]) or 0) == 0 then return 0 end
 local lease_end = now + tonumber(ARGV[2])
 redis.call('HSET', rec, 's', 'd', 'a', att + 1, 'x', lease_end, 'm', now)
+if s == 'u' and r[5] then
+  redis.call('HSET', rec, 'h', r[5])
+  redis.call('HDEL', rec, 'g')
+end
 redis.call('PERSIST', rec)
 redis.call('ZREM', KEYS[3], rec)
 redis.call('ZADD', KEYS[2], lease_end, rec)
