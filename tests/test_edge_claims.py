@@ -1,9 +1,9 @@
 """A claim, a dispatch or a resolve whose reply is lost, and a re-run that changes hands.
 
-The losses are real where they can be: a relay to the real Redis loses one
-reply (:mod:`tests.lossy`), the client times out and tries again. The memory
-store gets the same scenarios through a wrapper whose claim lands and then
-fails after the store's clock moved past the lease.
+The losses are real where they can be: a relay to the real Redis loses the
+reply of a chosen script (:mod:`tests.lossy`), the client times out and tries
+again. The memory store gets the same scenarios through a wrapper whose call
+lands, then fails as a lost reply would (after its clock moved on, for a stall).
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -20,25 +21,14 @@ import redis
 
 import effectq
 from effectq.errors import InputMismatchError, StoreError
-from effectq.store.base import ClaimRequest, Status
+from effectq.store.base import Status
 
+from .conftest import delete_namespace
 from .lossy import LossyProxy, script_sha
+from .servers import wait_until
 
 LEASE = 1.0
 """The lease of the effects whose claim reply is lost (seconds)."""
-
-
-@pytest.fixture
-def lossy(redis_url: str) -> Iterator[LossyProxy]:
-    """A relay to the test Redis that can lose a reply, and the URL that goes through it."""
-    proxy, _ = LossyProxy.for_url(redis_url)
-    yield proxy
-    proxy.close()
-
-
-@pytest.fixture
-def proxy_url(lossy: LossyProxy) -> str:
-    return f"redis://127.0.0.1:{lossy.port}/0"
 
 
 class _Clock:
@@ -51,30 +41,85 @@ class _Clock:
         return time.time_ns() // 1_000_000 + self.offset
 
 
-class _StallingClaims:
-    """A store whose first claim lands, then stalls past the lease (the clock moves on) and
-    fails as a lost reply would: the caller tries again with the same owner."""
+class _LosingReplies:
+    """A store whose next ``times`` calls of ``primitive`` land, then fail as a lost reply would,
+    after the clock moved on by ``stall_ms``; everything else goes to ``inner``."""
 
-    def __init__(self, inner: effectq.MemoryStore, clock: _Clock, stall_ms: int) -> None:
-        self.inner, self.clock, self.stall_ms = inner, clock, stall_ms
+    def __init__(self, inner: effectq.MemoryStore, primitive: str, times: int, clock: _Clock, stall_ms: int):
+        self.inner, self.primitive, self.times = inner, primitive, times
+        self.clock, self.stall_ms = clock, stall_ms
         self.lost = 0
 
-    def claim(self, key: str, request: ClaimRequest) -> Any:
-        claim = self.inner.claim(key, request)
-        if not self.lost:
-            self.lost += 1
-            self.clock.offset += self.stall_ms
-            raise StoreError("injected: the claim's reply was lost after a stall")
-        return claim
-
     def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
+        found = getattr(self.inner, name)
+        if name != self.primitive:
+            return found
+
+        def losing(*args: Any, **kwargs: Any) -> Any:
+            reply = found(*args, **kwargs)
+            if self.lost < self.times:
+                self.lost += 1
+                self.clock.offset += self.stall_ms
+                raise StoreError(f"injected: the reply of {name} was lost")
+            return reply
+
+        return losing
 
 
-def _two_workers(a_store: Any, b_store: Any, lost: Callable[[], int]) -> tuple[list[str], dict[str, Any]]:
-    """Worker A's first claim lands and its reply is lost past the lease; A's retry gets its grant
-    back and A runs. Worker B, with a reconcile hook that finds nothing, calls the same effect
-    while A runs. Returns who executed, and what each call returned (or raised)."""
+@dataclass
+class Losing:
+    """A store that loses replies of one primitive, and the same records reached without loss."""
+
+    store: Any
+    plain: effectq.Store
+    lost: Callable[[], int]
+
+
+LoseReplies = Callable[..., Losing]
+
+
+@pytest.fixture(params=["redis", "memory"])
+def lose_replies(request: pytest.FixtureRequest) -> Iterator[LoseReplies]:
+    """``lose_replies(primitive, times=1, stall=0.5)``: a store whose next ``times`` calls of
+    ``primitive`` land and whose replies are lost, the caller giving up after ``stall`` seconds."""
+    closing: list[Callable[[], None]] = []
+
+    def on_redis(primitive: str, times: int = 1, stall: float = 0.5) -> Losing:
+        url, namespace = request.getfixturevalue("redis_url"), request.getfixturevalue("namespace")
+        proxy, through = LossyProxy.for_url(url)
+        plain_client = redis.Redis.from_url(url)
+        proxy.lose_reply_to(script_sha(plain_client, primitive), times)
+        store = effectq.RedisStore(redis.Redis.from_url(through, socket_timeout=stall), namespace=namespace)
+        plain = effectq.RedisStore(plain_client, namespace=namespace)
+        closing.extend((store.close, plain.close, store.client.close, proxy.close))
+        closing.append(lambda: (delete_namespace(plain_client, namespace), plain_client.close()))
+        return Losing(store, plain, lambda: proxy.lost)
+
+    def in_memory(primitive: str, times: int = 1, stall: float = 0.0) -> Losing:
+        clock = _Clock()
+        plain = effectq.MemoryStore(clock=clock)
+        store = _LosingReplies(plain, primitive, times, clock, int(stall * 1000))
+        return Losing(store, plain, lambda: store.lost)
+
+    yield on_redis if request.param == "redis" else in_memory
+    for close in closing:
+        close()
+
+
+def _call(store: Any, fn: Callable[..., Any], *args: Any, run_id: str = "") -> Any:
+    with effectq.run(run_id or f"run-{uuid.uuid4().hex[:8]}", store=store):
+        return fn(*args)
+
+
+# -- a retried claim takes a fresh lease ------------------------------------------------------
+
+
+def test_a_claim_retried_after_its_lease_ran_out_runs_once(lose_replies: LoseReplies) -> None:
+    """Worker A's first claim lands, its reply is lost and A gives up after more than the lease;
+    its retry (the same owner) gets the grant back with a lease from the retry. Worker B, whose
+    reconcile hook finds nothing, calls the same effect while A runs: it sees it in flight and
+    gets A's result. One execution."""
+    losing = lose_replies("claim", stall=LEASE + 0.3)
     executed: list[str] = []
     outcomes: dict[str, Any] = {}
     a_running, b_done = threading.Event(), threading.Event()
@@ -96,8 +141,7 @@ def _two_workers(a_store: Any, b_store: Any, lost: Callable[[], int]) -> tuple[l
 
     def worker_a() -> None:
         try:
-            with effectq.run(f"run-a-{uuid.uuid4().hex[:6]}", store=a_store):
-                outcomes["A"] = ship(1)
+            outcomes["A"] = _call(losing.store, ship, 1)
         except BaseException as exc:  # reported by the assertions below
             outcomes["A"] = exc
             a_running.set()
@@ -106,50 +150,71 @@ def _two_workers(a_store: Any, b_store: Any, lost: Callable[[], int]) -> tuple[l
     thread.start()
     try:
         assert a_running.wait(30.0), "worker A never ran"
-        assert lost() == 1, "the first claim's reply was not lost"
+        assert losing.lost() == 1, "the first claim's reply was not lost"
         try:
-            with effectq.run(f"run-b-{uuid.uuid4().hex[:6]}", store=b_store):
-                outcomes["B"] = ship(1)
+            outcomes["B"] = _call(losing.plain, ship, 1)
         except Exception as exc:
             outcomes["B"] = exc
     finally:
         b_done.set()
         thread.join(30.0)
-    return executed, outcomes
-
-
-# -- a retried claim takes a fresh lease ------------------------------------------------------
-
-
-def test_a_claim_retried_after_its_lease_ran_out_runs_once_on_redis(
-    lossy: LossyProxy, proxy_url: str, redis_url: str, redis_client: redis.Redis, namespace: str
-) -> None:
-    """The first claim lands, its reply is lost and the client gives up after more than the
-    lease; the retry (same owner) gets the grant back with a lease from the retry, so a second
-    worker arriving while A runs sees it in flight and gets A's result: one execution."""
-    lossy.lose_reply_to(script_sha(redis_client, "claim"))
-    a_client = redis.Redis.from_url(proxy_url, socket_timeout=LEASE + 0.3)
-    a_store = effectq.RedisStore(a_client, namespace=namespace)
-    b_store = effectq.RedisStore(redis.Redis.from_url(redis_url), namespace=namespace)
-    try:
-        executed, outcomes = _two_workers(a_store, b_store, lambda: lossy.lost)
-    finally:
-        a_store.close()
-        b_store.close()
-        a_client.close()
-        b_store.client.close()
     assert executed == ["A"], outcomes
     assert outcomes == {"A": "shipped by A", "B": "shipped by A"}
 
 
-def test_a_claim_retried_after_its_lease_ran_out_runs_once_in_memory() -> None:
-    """The same on the memory store: the retried claim's lease runs from the retry."""
-    clock = _Clock()
-    inner = effectq.MemoryStore(clock=clock)
-    a_store = _StallingClaims(inner, clock, stall_ms=int(LEASE * 1000) + 300)
-    executed, outcomes = _two_workers(a_store, inner, lambda: a_store.lost)
-    assert executed == ["A"], outcomes
-    assert outcomes == {"A": "shipped by A", "B": "shipped by A"}
+# -- a lost dispatch reply ------------------------------------------------------------------
+
+
+def _after_an_unknown(name: str, runs: list[int], **options: Any) -> Any:
+    """An effect whose first attempt times out (unknown) and whose reconcile hook finds nothing."""
+
+    @effectq.effect(
+        name=name, key=lambda args, ctx: "parcel-3", reconcile=lambda key, args, ctx: None, **options
+    )
+    def send(n: int) -> int:
+        runs.append(n)
+        if len(runs) == 1:
+            raise TimeoutError("the carrier did not answer")
+        return n
+
+    return send
+
+
+def test_a_dispatch_whose_reply_was_lost_is_retried_and_runs_once(lose_replies: LoseReplies) -> None:
+    """After a reconcile that found nothing, the dispatch lands but its reply is lost: the retry
+    (the same token) gets the dispatch back, and the function runs, once."""
+    losing = lose_replies("dispatch")
+    runs: list[int] = []
+    send = _after_an_unknown("edge.send", runs)
+    with pytest.raises(TimeoutError):
+        _call(losing.store, send, 1)
+    assert _call(losing.store, send, 2) == 2
+    assert losing.lost() == 1
+    assert runs == [1, 2]
+    record = losing.plain.get("parcel-3")
+    assert record is not None and record.status is Status.COMPLETED
+
+
+def test_a_dispatch_that_never_answers_is_given_back(lose_replies: LoseReplies) -> None:
+    """Every try of the dispatch lands and loses its reply: the caller gets the store's error,
+    and the dispatch is given back (nothing ran under it), so the next call runs the effect
+    instead of meeting a dispatched record nobody runs."""
+    losing = lose_replies("dispatch", times=3)
+    runs: list[int] = []
+    send = _after_an_unknown("edge.send_lost", runs)
+    with pytest.raises(TimeoutError):
+        _call(losing.store, send, 1)
+    with pytest.raises(StoreError):
+        _call(losing.store, send, 2)
+    assert losing.lost() == 3
+    assert runs == [1]
+    wait_until(
+        lambda: (record := losing.plain.get("parcel-3")) is not None and record.status is Status.RELEASED,
+        "the dispatch given back",
+        timeout=30.0,
+    )
+    assert _call(losing.plain, send, 3) == 3
+    assert runs == [1, 3]
 
 
 # -- the attempt that executes owns the record's identity -------------------------------------
@@ -167,11 +232,6 @@ def _pay_effect(name: str, charges: list[int], **options: Any) -> Any:
         return f"charged {amount}"
 
     return pay
-
-
-def _call(store: effectq.Store, fn: Callable[..., Any], *args: Any, run_id: str = "") -> Any:
-    with effectq.run(run_id or f"run-{uuid.uuid4().hex[:8]}", store=store):
-        return fn(*args)
 
 
 @pytest.mark.parametrize("how", ["replay_safe", "reconcile"])

@@ -218,8 +218,8 @@ class StoreMachine(RuleBasedStateMachine):
         attempt = self.store.dispatch(KEY, self._token(which), lease_ms=lease_ms)
         expect = 0
         if m.status is not None and which == "current":
-            if m.status is Status.DISPATCHED:
-                expect = m.attempt
+            if m.status is Status.DISPATCHED:  # a retried dispatch: the same attempt, a lease from now
+                expect, m.lease = m.attempt, lease_after(lease_ms)
             elif m.status is Status.PENDING or (m.status is Status.UNKNOWN and m.lease != "none"):
                 if m.status is Status.UNKNOWN:  # the reconciler executes: it owns the record
                     m.input_hash = m.reconciler_hash

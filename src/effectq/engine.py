@@ -418,13 +418,7 @@ def procedure(call: Call, first: First | None = None) -> Procedure:
                 found = yield from _reconcile(call, claim)
                 if found is not _NOT_FOUND:
                     return found, False
-                try:
-                    attempt = yield from _store(
-                        call, store.dispatch, key, claim.token, lease_ms=options.lease_ms
-                    )
-                except ClaimNotReplicatedError as exc:
-                    yield from _give_back(call, exc)
-                    raise
+                attempt = yield from _dispatch(call, claim.token)
                 if not attempt:
                     log_reconcile.warning("effectq lost the claim of %s after reconcile; looking again", key)
                     continue
@@ -578,6 +572,48 @@ def _reconcile(call: Call, claim: Claim) -> Generator[Op, Any, Any]:
     # caller whose input differs is told so, as it would be by a replay of that attempt.
     _check_input(call, claim.input_hash)
     return value
+
+
+def _dispatch(call: Call, token: int) -> Generator[Op, Any, int]:
+    """After a reconcile found nothing: dispatch under its token. Returns the attempt (0: lost).
+
+    A failed round trip is tried again with the same token (a retried dispatch gets its attempt
+    back, with a lease from the retry). When every try fails, or the wait for its reply is
+    interrupted, the dispatch may have landed with nothing run under it: the heartbeat gives it
+    back (a release), rather than leave a dispatched record nobody runs to turn unknown.
+    """
+    store, key, lease_ms = call.store, call.key, call.effect.options.lease_ms
+    for pause in CLAIM_RETRIES:
+        try:
+            return (yield from _store(call, store.dispatch, key, token, lease_ms=lease_ms))
+        except ClaimNotReplicatedError as exc:
+            yield from _give_back(call, exc)
+            raise
+        except CorruptRecordError:
+            raise
+        except StoreError:
+            if pause is None:
+                _give_back_later(call, token)
+                raise
+            yield SleepOp(pause)
+        except BaseException as exc:
+            if not isinstance(exc, EffectqError | GeneratorExit) and not is_crash(exc):
+                _give_back_later(call, token)  # interrupted while its reply was awaited
+            raise
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _give_back_later(call: Call, token: int) -> None:
+    """A dispatch that may have landed with nothing run under it: the heartbeat releases it."""
+    store, key = call.store, call.key
+    retention_ms = call.effect.options.retention_ms
+    heartbeat.defer(
+        lambda: store.release(key, token, error="dispatch reply lost; never run", retention_ms=retention_ms),
+        f"release of the unanswered dispatch of {key}",
+        for_seconds=600.0,
+        store=store,
+        advice=_advice(call, "The effect did not run", "--not-applied"),
+    )
 
 
 def _execute(call: Call, token: int, attempt: int) -> Generator[Op, Any, Any]:

@@ -288,7 +288,9 @@ class MemoryStore:
             row = self._row(key, now)
             if row is None or row.token != token:
                 return 0
-            if row.status is Status.DISPATCHED:
+            if row.status is Status.DISPATCHED:  # a retry of our own: the same attempt, a lease from now
+                row.lease_until = now + lease_ms
+                row.updated = now
                 return row.attempt
             if row.status not in (Status.PENDING, Status.UNKNOWN):
                 return 0

@@ -56,9 +56,9 @@ __all__ = ["RedisStore"]
 log = logging.getLogger("effectq.store")
 
 _SCRIPTS = ("claim", "complete", "release", "mark_unknown", "dispatch", "renew", "resolve", "read", "purge")
-_RETRY_SAFE = frozenset({"claim", "complete", "renew", "read"})
+_RETRY_SAFE = frozenset({"claim", "complete", "dispatch", "renew", "read"})
 """Scripts that may run twice: a retried claim of the same owner gets its grant back, a
-completion or renewal of the same token is idempotent, a read writes nothing."""
+completion, dispatch or renewal of the same token is idempotent, a read writes nothing."""
 _DEFAULT_TIMEOUTS = {"socket_timeout": 5.0, "socket_connect_timeout": 5.0}
 
 

@@ -357,6 +357,17 @@ class StoreContract:
         assert store.claim(key, _request()).kind is ClaimKind.IN_FLIGHT
         assert store.dispatch(key, claim.token, lease_ms=LIVE_MS) == 1
 
+    def test_retried_dispatch_takes_a_fresh_lease(self, store: Store, key: str) -> None:
+        """A dispatch retried with the same token (its reply was lost) gets the same attempt back,
+        with a lease from the retry, though the first try's ran out meanwhile."""
+        claim = store.claim(key, _request(lease_ms=SHORT_MS, can_reconcile=True, reconcile_first=True))
+        assert store.dispatch(key, claim.token, lease_ms=SHORT_MS) == 1
+        _expire()
+        assert store.dispatch(key, claim.token, lease_ms=LIVE_MS) == 1
+        record = store.get(key)
+        assert record is not None and record.status is Status.DISPATCHED and record.lease_live
+        assert store.claim(key, _request(can_reconcile=True)).kind is ClaimKind.IN_FLIGHT
+
     def test_pending_holder_dying_frees_the_key(self, store: Store, key: str) -> None:
         """A pending record whose lease ran out never ran: the next caller claims it afresh."""
         store.claim(key, _request(lease_ms=SHORT_MS, can_reconcile=True, reconcile_first=True))

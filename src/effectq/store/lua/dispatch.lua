@@ -7,6 +7,10 @@ An UNKNOWN takes the reconciler's identity (g, see claim.lua): the attempt that 
 KEYS[1] the record   KEYS[2] the open index   KEYS[3] the doubt index
 ARGV[1] token   ARGV[2] lease, ms
 
+A retried dispatch of the same token (its first try landed, the reply was lost) gets the same
+attempt back, with a lease from now: the first try's may have run out meanwhile, and nobody took
+the record over (that would have changed the token, or made it unknown).
+
 Reply: the attempt number (>= 1); 0 lost: the token no longer holds it.
 ]]
 local rec = KEYS[1]
@@ -17,13 +21,15 @@ if not s or r[2] ~= ARGV[1] then return 0 end
 local att = tonumber(r[3]) or 0
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+local lease_end = now + tonumber(ARGV[2])
 if s == 'd' then
-  redis.call('HSET', rec, 'm', now) -- a retry: written, so a WAIT after it covers the first try
+  -- a retry (written, so a WAIT after it covers the first try): a lease from now
+  redis.call('HSET', rec, 'x', lease_end, 'm', now)
+  redis.call('ZADD', KEYS[2], lease_end, rec)
   return att
 end
 if s ~= 'p' and s ~= 'u' then return 0 end
 if s == 'u' and (tonumber(r[4]) or 0) == 0 then return 0 end
-local lease_end = now + tonumber(ARGV[2])
 redis.call('HSET', rec, 's', 'd', 'a', att + 1, 'x', lease_end, 'm', now)
 if s == 'u' and r[5] then
   redis.call('HSET', rec, 'h', r[5])
