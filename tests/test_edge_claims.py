@@ -18,9 +18,12 @@ from typing import Any
 
 import pytest
 import redis
+from redis.backoff import ExponentialBackoff
+from redis.retry import Retry
 
 import effectq
-from effectq.errors import InputMismatchError, StoreError
+from effectq import admin
+from effectq.errors import InputMismatchError, ResolveRefusedError, StoreError
 from effectq.store.base import Status
 
 from .conftest import delete_namespace
@@ -292,3 +295,63 @@ def test_a_reconcile_that_finds_the_first_attempt_keeps_its_identity(
     record = store.get("invoice-8")
     assert record is not None and record.status is Status.COMPLETED
     assert record.run_id == "the-first-run"
+
+
+# -- resolve, retried -------------------------------------------------------------------------
+
+
+def _unknown(store: Any, key: str) -> None:
+    @effectq.effect(name="edge.refund", key=lambda args, ctx: key)
+    def refund(n: int) -> int:
+        raise TimeoutError("the bank did not answer")
+
+    with pytest.raises(TimeoutError):
+        _call(store, refund, 1)
+
+
+@pytest.mark.parametrize("applied", [True, False])
+def test_a_resolve_resent_by_redis_py_after_a_lost_reply_reports_the_settlement(
+    redis_url: str, redis_store: effectq.RedisStore, applied: bool
+) -> None:
+    """The resolve lands, its reply is lost, and redis-py's own retry (a client the store sends
+    through redis-py: a blocking pool here, or a cluster) sends it again: the operator is told
+    the record is settled as asked, not that it was refused."""
+    _unknown(redis_store, "refund-9")
+    proxy, through = LossyProxy.for_url(redis_url)
+    proxy.lose_reply_to(script_sha(redis_store.client, "resolve"))
+    retry = Retry(ExponentialBackoff(cap=0.1), 3)  # a timeout is retried, as a user may configure
+    pool = redis.BlockingConnectionPool.from_url(through, socket_timeout=0.5, retry=retry)
+    store = effectq.RedisStore(redis.Redis(connection_pool=pool), namespace=redis_store.namespace)
+    try:
+        result = '"refunded"' if applied else None
+        before, after = admin.resolve(store, "refund-9", applied=applied, result=result, note="ops: checked")
+    finally:
+        store.close()
+        pool.disconnect()
+        proxy.close()
+    assert proxy.lost == 1
+    assert before is not None and before.status is Status.UNKNOWN
+    assert after.status is (Status.COMPLETED if applied else Status.RELEASED)
+    assert "ops: checked" in after.error
+
+
+def test_a_resolve_repeated_with_the_same_decision_succeeds(store: effectq.Store) -> None:
+    """Resolving a record again exactly as it was resolved (the same outcome, result and note)
+    reports the settlement; another decision is refused, as before."""
+    _unknown(store, "refund-10")
+    first = admin.resolve(store, "refund-10", applied=True, result='"refunded"', note="ops: checked")[1]
+    again = admin.resolve(store, "refund-10", applied=True, result='"refunded"', note="ops: checked")[1]
+    assert (again.status, again.token, again.result) == (Status.COMPLETED, first.token, first.result)
+    for other in (
+        {"applied": True, "result": '"other"', "note": "ops: checked"},
+        {"applied": True, "result": '"refunded"', "note": "someone else"},
+        {"applied": False, "note": "ops: checked"},
+    ):
+        with pytest.raises(ResolveRefusedError):
+            admin.resolve(store, "refund-10", **other)  # type: ignore[arg-type]
+    _unknown(store, "refund-11")
+    first = admin.resolve(store, "refund-11", applied=False, note="ops: never sent")[1]
+    again = admin.resolve(store, "refund-11", applied=False, note="ops: never sent")[1]
+    assert (again.status, again.token) == (Status.RELEASED, first.token)
+    with pytest.raises(ResolveRefusedError):
+        admin.resolve(store, "refund-11", applied=True, note="ops: never sent")

@@ -39,6 +39,7 @@ class Model:
     owner: str = ""
     input_hash: str = ""
     reconciler_hash: str = ""  # the input hash of a reconcile lease's holder on an unknown
+    released_by: str = ""  # "release" or "resolve", for a released record
     result: bytes | None = None
     result_state: ResultState = ResultState.STORED
 
@@ -196,6 +197,7 @@ class StoreMachine(RuleBasedStateMachine):
         if m.status is not None and which == "current":
             if m.status in (Status.PENDING, Status.DISPATCHED):
                 m.status, m.lease, m.owner, expect = Status.RELEASED, "none", "", True
+                m.released_by = "release"
             elif m.status is Status.UNKNOWN:
                 m.lease, m.owner, expect = "none", "", True
         assert ok is expect, (which, m)
@@ -246,19 +248,24 @@ class StoreMachine(RuleBasedStateMachine):
     def resolve(self, applied: bool) -> None:
         m = self.model
         doubtful = m.status is Status.UNKNOWN or (m.status is Status.DISPATCHED and m.lease != "live")
+        if applied:  # as a resolve like this one left it (no effect's result is b"op")
+            settled = m.status is Status.COMPLETED and m.result == b"op"
+        else:
+            settled = m.status is Status.RELEASED and m.released_by == "resolve"
         try:
             record = self.store.resolve(KEY, applied=applied, result=b"op", retention_ms=LONG)
         except ResolveRefusedError as refused:
-            assert not doubtful, m
+            assert not doubtful and not settled, m
             assert refused.status == (m.status.value if m.status else None)
             return
-        assert doubtful, m
-        m.token += 1
-        m.lease, m.owner = "none", ""
-        if applied:
-            m.status, m.result, m.result_state = Status.COMPLETED, b"op", ResultState.STORED
-        else:
-            m.status = Status.RELEASED
+        assert doubtful or settled, m
+        if doubtful:
+            m.token += 1
+            m.lease, m.owner = "none", ""
+            if applied:
+                m.status, m.result, m.result_state = Status.COMPLETED, b"op", ResultState.STORED
+            else:
+                m.status, m.released_by = Status.RELEASED, "resolve"
         assert record.status is m.status
 
     @invariant()

@@ -286,6 +286,9 @@ def resolve(
 ) -> tuple[Record | None, Record]:
     """Settle a record in doubt; compare-and-set, so of two resolvers exactly one wins.
 
+    The same decision again (the same outcome, result and note: a resolve resent after its
+    reply was lost, or run again) finds the record settled as it asks, and reports it.
+
     Args:
         store: the store.
         key: the effect key.
@@ -299,7 +302,8 @@ def resolve(
         The record before (as read just before; ``None`` if none) and after.
 
     Raises:
-        ResolveRefusedError: the record is not in doubt (completed, released, in flight) or is gone.
+        ResolveRefusedError: the record is not in doubt (completed, released, in flight) nor
+            settled as asked, or is gone.
         ConfigurationError: ``result`` is not JSON, or is given with ``applied=False``.
     """
     payload: bytes | None = None

@@ -250,7 +250,8 @@ class Store(Protocol):
         note: str = "",
         retention_ms: int,
     ) -> Record:
-        """Settle a record in doubt (operator). Raises ResolveRefusedError otherwise."""
+        """Settle a record in doubt (operator); one settled already exactly as asked (the same
+        outcome, result and note) is returned unchanged. Raises ResolveRefusedError otherwise."""
         ...
 
     def get(self, key: str) -> Record | None:

@@ -327,6 +327,9 @@ class MemoryStore:
         note: str = "",
         retention_ms: int,
     ) -> Record:
+        if applied and result is None and result_state is ResultState.STORED:
+            result_state = ResultState.RESOLVED_WITHOUT_RESULT  # nothing to replay: say so
+        kept = result if applied and result_state is ResultState.STORED else None
         with self._lock:
             now = self._clock()
             row = self._row(key, now)
@@ -336,6 +339,13 @@ class MemoryStore:
                 row.status is Status.DISPATCHED and row.lease_until <= now
             )
             if not doubtful:
+                if applied:
+                    asked = (Status.COMPLETED, result_state, kept)
+                    settled = (row.status, row.result_state, row.result) == asked
+                else:
+                    settled = row.status is Status.RELEASED
+                if settled and row.error == note:
+                    return self._record(key, row)  # settled so already: this decision, again
                 raise ResolveRefusedError(key, row.status.value, _refusal(row.status))
             row.token += 1
             row.lease_until = 0
@@ -345,9 +355,7 @@ class MemoryStore:
             row.error = note
             if applied:
                 row.status = Status.COMPLETED
-                if result is None and result_state is ResultState.STORED:
-                    result_state = ResultState.RESOLVED_WITHOUT_RESULT  # nothing to replay: say so
-                row.result = result if result_state is ResultState.STORED else None
+                row.result = kept
                 row.result_state = result_state
             else:
                 row.status = Status.RELEASED

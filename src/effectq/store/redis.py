@@ -56,9 +56,10 @@ __all__ = ["RedisStore"]
 log = logging.getLogger("effectq.store")
 
 _SCRIPTS = ("claim", "complete", "release", "mark_unknown", "dispatch", "renew", "resolve", "read", "purge")
-_RETRY_SAFE = frozenset({"claim", "complete", "dispatch", "renew", "read"})
+_RETRY_SAFE = frozenset({"claim", "complete", "dispatch", "renew", "resolve", "read"})
 """Scripts that may run twice: a retried claim of the same owner gets its grant back, a
-completion, dispatch or renewal of the same token is idempotent, a read writes nothing."""
+completion, dispatch or renewal of the same token is idempotent, a resolve finding the record
+settled as it asks reports it settled, a read writes nothing."""
 _DEFAULT_TIMEOUTS = {"socket_timeout": 5.0, "socket_connect_timeout": 5.0}
 
 

@@ -476,6 +476,37 @@ class StoreContract:
             t.join()
         assert sorted(outcomes) == ["refused", "won"]
 
+    @pytest.mark.parametrize("applied", [True, False])
+    def test_resolve_repeated_as_settled_reports_it(self, store: Store, key: str, applied: bool) -> None:
+        """A resolve finding the record settled exactly as it asks (the same outcome, result and
+        note: its own first try, resent after a lost reply) reports it settled, unchanged; any
+        other decision is refused."""
+        claim = store.claim(key, _request())
+        store.mark_unknown(key, claim.token, error="x")
+        asked = {"applied": applied, "result": b"1" if applied else None, "note": "ops"}
+        first = store.resolve(key, retention_ms=RETENTION_MS, **asked)  # type: ignore[arg-type]
+        again = store.resolve(key, retention_ms=RETENTION_MS, **asked)  # type: ignore[arg-type]
+        assert (again.status, again.token, again.result) == (first.status, first.token, first.result)
+        others = [{**asked, "note": "someone else"}, {**asked, "applied": not applied, "result": None}]
+        if applied:
+            others += [{**asked, "result": b"2"}, {**asked, "result": None}]
+        for other in others:
+            with pytest.raises(ResolveRefusedError):
+                store.resolve(key, retention_ms=RETENTION_MS, **other)  # type: ignore[arg-type]
+
+    def test_resolve_never_takes_an_effects_own_outcome_for_its_own(self, store: Store, key: str) -> None:
+        """A record the effect completed or released itself is refused, whatever the resolve asks."""
+        claim = store.claim(key, _request())
+        kept = {"result_state": ResultState.STORED, "retention_ms": RETENTION_MS}
+        store.complete(key, claim.token, result=b"1", **kept)  # type: ignore[arg-type]
+        with pytest.raises(ResolveRefusedError):
+            store.resolve(key, applied=True, result=b"1", note="ops", retention_ms=RETENTION_MS)
+        other = f"{key}-released"
+        claim = store.claim(other, _request())
+        store.release(other, claim.token, error="ValueError: no", retention_ms=RETENTION_MS)
+        with pytest.raises(ResolveRefusedError):
+            store.resolve(other, applied=False, note="ops", retention_ms=RETENTION_MS)
+
     def test_resolve_dispatched_with_dead_holder(self, store: Store, key: str) -> None:
         """A dispatched record whose lease ran out is in doubt, so an operator may settle it."""
         store.claim(key, _request(lease_ms=SHORT_MS))
