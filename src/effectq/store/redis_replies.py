@@ -84,7 +84,7 @@ def decode_claim(key: str, reply: Any) -> Claim:
                 0,  # lease_ms
                 None,  # result
                 ResultState.STORED,  # result_state
-                text(reply[5]) if len(reply) > 5 else "",  # input_hash (what a reconcile asks about)
+                "" if code == 1 or len(reply) < 6 else text(reply[5]),  # input_hash: a reconcile's
                 text(reply[4]),  # error
             )
         if code == 3:
