@@ -585,7 +585,8 @@ def _dispatch(call: Call, token: int) -> Generator[Op, Any, int]:
     store, key, lease_ms = call.store, call.key, call.effect.options.lease_ms
     for pause in CLAIM_RETRIES:
         try:
-            return (yield from _store(call, store.dispatch, key, token, lease_ms=lease_ms))
+            attempt: int = yield from _store(call, store.dispatch, key, token, lease_ms=lease_ms)
+            return attempt
         except ClaimNotReplicatedError as exc:
             yield from _give_back(call, exc)
             raise

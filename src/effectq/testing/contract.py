@@ -110,10 +110,11 @@ class StoreContract:
 
     def test_retried_reconcile_claim_takes_a_fresh_lease(self, store: Store, key: str) -> None:
         """The same for a reconcile lease, of a pending record and of an unknown one."""
-        first = {"can_reconcile": True, "reconcile_first": True}
-        pending = store.claim(key, _request(owner="p", lease_ms=SHORT_MS, **first))
+        pending = store.claim(
+            key, _request(owner="p", lease_ms=SHORT_MS, can_reconcile=True, reconcile_first=True)
+        )
         _expire()
-        again = store.claim(key, _request(owner="p", **first))
+        again = store.claim(key, _request(owner="p", can_reconcile=True, reconcile_first=True))
         assert (again.kind, again.token, again.status) == (ClaimKind.RECONCILE, pending.token, Status.PENDING)
         assert store.claim(key, _request()).kind is ClaimKind.IN_FLIGHT
         assert store.dispatch(key, again.token, lease_ms=LIVE_MS) == 1
@@ -314,11 +315,16 @@ class StoreContract:
         assert again.token > first.token
 
     @staticmethod
-    def _rerun_unknown(store: Store, key: str, **rerun: object) -> Claim:
+    def _rerun_unknown(
+        store: Store, key: str, *, replay_safe: bool = False, can_reconcile: bool = False
+    ) -> Claim:
         """An unknown recorded by run-1 with input h100, claimed again by run-2 with input h250."""
         first = store.claim(key, _request(input_hash="h100"))
         store.mark_unknown(key, first.token, error="x")
-        return store.claim(key, _request(input_hash="h250", run_id="run-2", **rerun))
+        again = _request(
+            input_hash="h250", run_id="run-2", replay_safe=replay_safe, can_reconcile=can_reconcile
+        )
+        return store.claim(key, again)
 
     @staticmethod
     def _identities(store: Store, key: str, token: int) -> tuple[tuple[str, str], str]:
