@@ -8,6 +8,7 @@ lands, then fails as a lost reply would (after its clock moved on, for a stall).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
@@ -196,6 +197,28 @@ def test_a_dispatch_whose_reply_was_lost_is_retried_and_runs_once(lose_replies: 
     assert runs == [1, 2]
     record = losing.plain.get("parcel-3")
     assert record is not None and record.status is Status.COMPLETED
+
+
+def test_an_async_dispatch_whose_reply_was_lost_is_retried_and_runs_once(lose_replies: LoseReplies) -> None:
+    """The same for an async effect."""
+    losing = lose_replies("dispatch")
+    runs: list[int] = []
+
+    @effectq.effect(name="edge.send_async", key=lambda args, ctx: "parcel-4", reconcile=lambda k, a, c: None)
+    async def send(n: int) -> int:
+        runs.append(n)
+        if len(runs) == 1:
+            raise TimeoutError("the carrier did not answer")
+        return n
+
+    async def call(n: int) -> int:
+        async with effectq.run(f"run-{uuid.uuid4().hex[:8]}", store=losing.store):
+            return await send(n)
+
+    with pytest.raises(TimeoutError):
+        asyncio.run(call(1))
+    assert asyncio.run(call(2)) == 2
+    assert (losing.lost(), runs) == (1, [1, 2])
 
 
 def test_a_dispatch_that_never_answers_is_given_back(lose_replies: LoseReplies) -> None:
