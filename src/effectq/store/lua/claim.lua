@@ -5,10 +5,11 @@ r released, u unknown), t fencing token, a attempt, x lease end (ms, Redis clock
 h identity: effect name \n run id \n effect key \n input hash (written whole by every grant that
 runs the function: the attempt that executes owns the record), g the identity of the holder of a
 reconcile lease on an unknown (h stays the recorded attempt's, the one the reconcile asks about,
-until dispatch makes g the identity), e error, c created, m modified (absent until the record first changes: read c), w "a waiter is
-listening" flag. Every field is a hash entry Redis writes and reads one by one, so the identity,
-which only a grant writes, is one. Records written before h keep n, u, k and i as fields of their
-own; every script reads both, and a grant rewrites such a record in the new layout.
+until dispatch makes g the identity), e error, c created, m modified (absent until the record
+first changes: read c), w "a waiter is listening" flag. Every field is a hash entry Redis writes
+and reads one by one, so the identity, which only a grant (or a dispatch) writes, is one. Records
+written before h keep n, u, k and i as fields of their own; every script reads both, and a grant
+rewrites such a record in the new layout.
 A completed record is one packed string (see complete.lua).
 
 KEYS[1] the record
@@ -86,7 +87,7 @@ local function grant(status, newtok, newatt, fresh)
     fields[#fields + 1] = 'c'
     fields[#fields + 1] = now
   else
-    redis.call('HDEL', rec, 'e', 'g', 'n', 'u', 'k', 'i') -- the last grant's error, g; the old layout's fields
+    redis.call('HDEL', rec, 'e', 'g', 'n', 'u', 'k', 'i') -- the last grant's e and g; the old layout
   end
   redis.call('HSET', rec, unpack(fields))
   if status == 'p' then
