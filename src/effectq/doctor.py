@@ -38,6 +38,7 @@ from typing import Any
 
 __all__ = [
     "CHECKS",
+    "STARTUP_CHECKS",
     "Check",
     "Finding",
     "Level",
@@ -53,6 +54,7 @@ __all__ = [
     "diagnose",
     "examine",
     "nodes",
+    "startup_problems",
 ]
 
 log = logging.getLogger("effectq.doctor")
@@ -423,6 +425,30 @@ def nodes(client: Any, *, wait_replicas: int = 0) -> Iterator[Node]:
         return
     kwargs = client.connection_pool.connection_kwargs
     yield Node(client, f"{kwargs.get('host', '?')}:{kwargs.get('port', '?')}", wait_replicas=wait_replicas)
+
+
+STARTUP_CHECKS: tuple[Check, ...] = (check_eviction,)
+"""The checks a Celery or Dramatiq worker runs on its store's Redis when it starts: those
+whose failure repeats effects however the workers are set up."""
+
+
+def startup_problems(store: Any, checks: tuple[Check, ...] = STARTUP_CHECKS) -> list[str]:
+    """The failures ``checks`` find on every node behind ``store``'s client, one sentence each
+    with its fix: what the task-queue integrations log when a worker starts.
+
+    A store without a Redis client (the memory store) has none; a node that does not answer,
+    or a check that cannot run, is left to ``effectq doctor`` (the worker finds out soon enough).
+    """
+    client = getattr(store, "client", None)
+    if client is None:
+        return []
+    wanted = {check.__name__.removeprefix("check_") for check in checks}
+    return [
+        f"Redis {finding.node}: {finding.summary}. Fix: {finding.fix}."
+        for node in nodes(client, wait_replicas=getattr(store, "wait_replicas", 0))
+        for finding in examine(node, checks)
+        if finding.level is Level.FAIL and finding.check in wanted
+    ]
 
 
 def check_in_doubt(store: Any) -> Finding:

@@ -1,7 +1,8 @@
 """What the Celery and Dramatiq integrations share.
 
 * :class:`StoreSource`: a ready store, or a Redis URL turned into a store once per
-  process, so a prefork child never talks through its parent's socket.
+  process, so a prefork child never talks through its parent's socket (and one for a
+  single look, the start-up checks, that no process keeps).
 * :func:`run_id_for`: the run id of one task execution: the task id / message id,
   or a business key (``"order:{order_id}"``, or a function of the arguments).
 * :func:`task_effect`: a whole task body as one effect, keyed
@@ -13,12 +14,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import logging
 import os
 import re
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from .effect import Effect, effect
@@ -30,6 +32,7 @@ __all__ = [
     "RunIdSpec",
     "StoreSource",
     "TaskEffectSpec",
+    "listed",
     "log_finished",
     "run_id_for",
     "task_effect",
@@ -93,6 +96,24 @@ class StoreSource:
                 self._store = RedisStore.from_url(self._url, namespace=self._namespace, **self._options)
                 self._pid = os.getpid()
             return self._store
+
+    @contextlib.contextmanager
+    def probe(self) -> Iterator[Store]:
+        """A store for one look (the start-up checks): the ready store, or one built from the
+        URL for the look and closed after it, so a process that forks workers keeps none."""
+        if self._store is not None and self._url is None:
+            yield self._store
+            return
+        from .store.redis import RedisStore
+
+        assert self._url is not None
+        store = RedisStore.from_url(self._url, namespace=self._namespace, **self._options)
+        try:
+            yield store
+        finally:
+            with contextlib.suppress(Exception):
+                store.close()
+                store.client.close()
 
     def reset(self) -> None:
         """Forget a store built from the URL (the next :meth:`get` builds a new one)."""
@@ -180,3 +201,9 @@ def log_finished(run: Run, what: str, *, redelivered: bool) -> None:
         log_delivery.debug(
             "effectq %s (run %s): %d executed, %d failed", what, run.id, stats.executed, stats.failed
         )
+
+
+def listed(names: list[str]) -> str:
+    """Task or actor names for a start-up warning: the first five, then how many more."""
+    shown = ", ".join(names[:5])
+    return shown + (f" and {len(names) - 5} more" if len(names) > 5 else "")

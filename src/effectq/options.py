@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import enum
+import inspect
+import itertools
 import math
+import signal
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import timedelta
+from types import FrameType
 from typing import Any
 
 from .errors import ConfigurationError
@@ -19,6 +23,7 @@ __all__ = [
     "OnMismatch",
     "ReconcileOn",
     "classifier",
+    "raised_by_signal_handler",
     "seconds",
 ]
 
@@ -67,7 +72,8 @@ MAYBE_APPLIED: tuple[str, ...] = (
 Any other ``Exception`` means "not applied": the record is released and the next
 call applies the effect. A ``BaseException`` that is not an ``Exception``
 (``KeyboardInterrupt``, ``SystemExit``, ``asyncio.CancelledError``, Dramatiq's
-``TimeLimitExceeded`` and ``Shutdown``) also means "maybe applied". Celery's
+``TimeLimitExceeded`` and ``Shutdown``) also means "maybe applied", and so does any
+exception a signal handler raised (see :func:`raised_by_signal_handler`). Celery's
 ``SoftTimeLimitExceeded`` is billiard's. Names are matched without importing
 the libraries.
 """
@@ -116,10 +122,58 @@ def _qualname(cls: type) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
+def raised_by_signal_handler(exc: BaseException) -> bool:
+    """Whether ``exc`` (or an exception it was raised from, or while handling) came out of a
+    Python signal handler: raised into whatever the interrupted code was doing, so it says
+    nothing about how far that code got.
+
+    Celery's cold shutdown of a solo worker is one: its SIGQUIT handler cancels the running
+    task, and the solo pool, which cannot kill a job, raises ``NotImplementedError`` from
+    the handler into the task. A handler is recognised by how Python calls it, whether or
+    not it is still installed: a frame of the traceback whose positional arguments hold a
+    signal number followed by the very frame it interrupted (the frame that called it).
+    """
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        tb = current.__traceback__
+        while tb is not None:
+            if _called_as_signal_handler(tb.tb_frame):
+                return True
+            tb = tb.tb_next
+        current = current.__cause__ or current.__context__
+    return False
+
+
+def _called_as_signal_handler(frame: FrameType) -> bool:
+    """Whether Python called ``frame``'s function as a signal handler: ``(signum, frame)``,
+    where that frame is the caller (a bound method or ``functools.partial`` puts its own
+    arguments first, ``*args`` takes them as a tuple)."""
+    interrupted, code = frame.f_back, frame.f_code
+    varargs = bool(code.co_flags & inspect.CO_VARARGS)
+    if interrupted is None or (code.co_argcount < 2 and not varargs):
+        return False
+    names, values = code.co_varnames, frame.f_locals
+    positional = [values.get(name) for name in names[: code.co_argcount]]
+    if varargs:
+        extra = values.get(names[code.co_argcount + code.co_kwonlyargcount])
+        positional.extend(extra if isinstance(extra, tuple) else ())
+    return any(
+        given is interrupted and type(number) is int and 0 < number < signal.NSIG
+        for number, given in itertools.pairwise(positional)
+    )
+
+
 def classifier(
     spec: Iterable[type[BaseException] | str] | Callable[[BaseException], bool] | None,
 ) -> Callable[[BaseException], bool]:
-    """Build the "maybe applied?" test from types, qualified names, or a callable."""
+    """Build the "maybe applied?" test from types, qualified names, or a callable.
+
+    Types and names add to the two rules that always hold: a ``BaseException`` that is
+    not an ``Exception``, and an exception a signal handler raised, mean "maybe applied".
+    A callable decides alone (it may ask :func:`raised_by_signal_handler`).
+    """
     if spec is None:
         spec = MAYBE_APPLIED
     if callable(spec) and not isinstance(spec, type):
@@ -142,7 +196,9 @@ def classifier(
             return True
         if frozen_types and isinstance(exc, frozen_types):
             return True
-        return any(_qualname(cls) in names for cls in type(exc).__mro__)
+        if any(_qualname(cls) in names for cls in type(exc).__mro__):
+            return True
+        return raised_by_signal_handler(exc)
 
     return maybe_applied
 

@@ -1,9 +1,9 @@
 """What a Celery configuration must give for effects to apply exactly once.
 
 effectq makes a redelivered task safe to run again; it cannot make Celery
-redeliver a task it dropped. :func:`check` reads the app's configuration and
-returns one sentence per problem; :func:`effectq.celery.install` logs them when a
-worker starts.
+redeliver a task it dropped. :func:`check` reads the app's configuration (and,
+given the store, what its Redis would evict) and returns one sentence per
+problem; :func:`effectq.celery.install` logs them when a worker starts.
 """
 
 from __future__ import annotations
@@ -12,6 +12,8 @@ import logging
 from datetime import timedelta
 from typing import Any
 
+from ..doctor import startup_problems
+from ..integration import listed
 from ..options import seconds
 
 __all__ = ["RABBITMQ_CONSUMER_TIMEOUT", "check"]
@@ -31,6 +33,7 @@ def check(
     lease: float | timedelta = 60.0,
     retention: float | timedelta = timedelta(days=7),
     in_progress_countdown: float = 5.0,
+    store: Any = None,
 ) -> list[str]:
     """Problems in ``app``'s configuration, one sentence each (empty when none).
 
@@ -39,6 +42,9 @@ def check(
         lease: the longest effect lease the app's effects use.
         retention: the shortest effect retention the app's effects use.
         in_progress_countdown: the countdown of the retry an in-flight effect causes.
+        store: the store the effects use: its Redis is checked as ``effectq doctor``
+            checks it for what repeats effects whatever the app does (see
+            :data:`effectq.doctor.STARTUP_CHECKS`: a ``maxmemory-policy`` that evicts).
     """
     lease_s = seconds(lease, option="lease")
     retention_s = seconds(retention, option="retention")
@@ -49,7 +55,7 @@ def check(
     early = [task.name for task in tasks if not getattr(task, "acks_late", conf.task_acks_late)]
     if early:
         problems.append(
-            f"task_acks_late is off for {_names(early)}: a worker that dies mid-task has already acked it, "
+            f"task_acks_late is off for {listed(early)}: a worker that dies mid-task has already acked it, "
             f"so it is never delivered again and its remaining effects never apply. Set task_acks_late=True "
             f"(effectq makes the redelivery safe)."
         )
@@ -62,7 +68,7 @@ def check(
     ]
     if lost:
         problems.append(
-            f"task_reject_on_worker_lost is off for {_names(lost)}: when a pool process is killed "
+            f"task_reject_on_worker_lost is off for {listed(lost)}: when a pool process is killed "
             f"mid-task (OOM, SIGKILL), Celery acks the task and marks it failed (WorkerLostError) "
             f"instead of delivering it again. Set task_reject_on_worker_lost=True: effects already "
             f"applied are replayed, not repeated."
@@ -102,10 +108,12 @@ def check(
     long_retry = [task.name for task in tasks if _retry_horizon(task, conf) > retention_s]
     if long_retry:
         problems.append(
-            f"{_names(long_retry)} may retry later than the effect retention ({retention_s / 86400:g} days; "
+            f"{listed(long_retry)} may retry later than the effect retention ({retention_s / 86400:g} days; "
             f"unbounded max_retries, or retries x delay beyond it): an effect whose record expired applies "
             f"again on such a late retry. Bound max_retries or raise the effects' retention."
         )
+    if store is not None:
+        problems.extend(startup_problems(store))
     return problems
 
 
@@ -133,8 +141,3 @@ def _retry_horizon(task: Any, conf: Any) -> float:
     if getattr(task, "retry_backoff", False):
         delay = max(delay, float(getattr(task, "retry_backoff_max", 600)))
     return float(retries) * delay
-
-
-def _names(names: list[str]) -> str:
-    shown = ", ".join(names[:5])
-    return shown + (f" and {len(names) - 5} more" if len(names) > 5 else "")

@@ -135,7 +135,10 @@ class Installation:
         if getattr(sender, "app", None) is not self.app:
             return
         self.guard_all()
-        log_problems(self.app, in_progress_countdown=self.in_progress_countdown, **self._check_options)
+        with self.source.probe() as store:  # what fails here Celery logs; the worker starts anyway
+            log_problems(
+                self.app, in_progress_countdown=self.in_progress_countdown, store=store, **self._check_options
+            )
 
     def _on_process_init(self, **_: Any) -> None:
         if self.source.url is not None:

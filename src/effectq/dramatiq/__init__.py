@@ -21,6 +21,7 @@ try:
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError("effectq.dramatiq needs Dramatiq: pip install 'effectq[dramatiq]'") from exc
 
+from .checks import check
 from .middleware import EffectMiddleware, RunNotBoundError
 
-__all__ = ["EffectMiddleware", "RunNotBoundError"]
+__all__ = ["EffectMiddleware", "RunNotBoundError", "check"]

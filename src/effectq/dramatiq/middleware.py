@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import threading
 from contextvars import ContextVar
+from datetime import timedelta
 from typing import Any, NamedTuple
 
 import dramatiq
@@ -28,9 +29,11 @@ from dramatiq.middleware import Middleware, MiddlewareError, SkipMessage
 from ..errors import EffectqError, OutcomeUnknown
 from ..heartbeat import heartbeat
 from ..integration import StoreSource, log_finished, run_id_for, task_effect, task_key
+from ..options import seconds
 from ..runs import RunScope
 from ..runs import run as bind_run
 from ..store.base import Status, Store
+from .checks import check
 
 __all__ = ["EffectMiddleware", "RunNotBoundError"]
 
@@ -83,14 +86,26 @@ class EffectMiddleware(Middleware):
     An :class:`~effectq.OutcomeUnknown` fails the message (dead-lettered, not retried);
     an :class:`~effectq.InProgress` is retried by the Retries middleware.
 
+    When a worker boots, the set-up is checked and each problem logged (see
+    :func:`effectq.dramatiq.check`).
+
     Args:
         store: an effectq store, or a ``redis://`` URL (each worker process builds its own).
         namespace: the namespace of a store built from a URL.
+        retention: the shortest effect retention the actors' effects use (for the check).
         **redis_options: passed to :meth:`effectq.RedisStore.from_url`.
     """
 
-    def __init__(self, store: Store | str, *, namespace: str = "default", **redis_options: Any) -> None:
+    def __init__(
+        self,
+        store: Store | str,
+        *,
+        namespace: str = "default",
+        retention: float | timedelta = timedelta(days=7),
+        **redis_options: Any,
+    ) -> None:
         self.source = StoreSource(store, namespace=namespace, **redis_options)
+        self.retention = seconds(retention, option="retention")
         self._wrap_lock = threading.Lock()
 
     @property
@@ -116,12 +131,12 @@ class EffectMiddleware(Middleware):
             actor.fn = wrapped
 
     def before_worker_boot(self, broker: dramatiq.Broker, worker: Any) -> None:
-        names = [type(m).__name__ for m in broker.middleware]
-        if "Retries" in names and names.index("Retries") > _index_of(broker, self):
-            log.warning(
-                "effectq: EffectMiddleware is added before Retries, so an unknown outcome is retried "
-                "until max_retries instead of failing at once; add it after Retries (the default)"
-            )
+        """Log each problem :func:`~effectq.dramatiq.check` finds (what fails here Dramatiq logs;
+        the worker boots anyway)."""
+        with self.source.probe() as store:
+            problems = check(broker, retention=self.retention, store=store)
+        for problem in problems:
+            log.warning("effectq: %s", problem)
 
     def after_worker_shutdown(self, broker: dramatiq.Broker, worker: Any) -> None:
         """Writes the heartbeat still retries get one more try; each that does not land is logged
@@ -231,10 +246,3 @@ def _fail_unknown(broker: dramatiq.Broker, message: Any, exc: OutcomeUnknown) ->
 
 def _has_results(broker: dramatiq.Broker) -> bool:
     return any(type(m).__name__ == "Results" for m in broker.middleware)
-
-
-def _index_of(broker: dramatiq.Broker, middleware: Middleware) -> int:
-    for i, m in enumerate(broker.middleware):
-        if m is middleware:
-            return i
-    return -1
