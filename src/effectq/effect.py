@@ -183,9 +183,9 @@ class Effect(Generic[P, R]):
         try:
             value = run_sync(call, functools.partial(self._invoke_sync, args, kwargs))
         except BaseException as exc:
-            flights.land(call.store, call.key, flight, error=exc)
+            flights.land(flight, error=exc)
             raise
-        flights.land(call.store, call.key, flight, value)
+        flights.land(flight, value)
         return value
 
     def _invoke_sync(self, args: tuple[Any, ...], kwargs: dict[str, Any], ctx: EffectContext) -> Any:
@@ -202,9 +202,9 @@ class Effect(Generic[P, R]):
         try:
             value = await run_async(call, functools.partial(self._invoke_async, args, kwargs))
         except BaseException as exc:
-            flights.land(call.store, call.key, flight, error=exc)
+            flights.land(flight, error=exc)
             raise
-        flights.land(call.store, call.key, flight, value)
+        flights.land(flight, value)
         return value
 
     async def _invoke_async(self, args: tuple[Any, ...], kwargs: dict[str, Any], ctx: EffectContext) -> Any:
@@ -254,9 +254,9 @@ class Effect(Generic[P, R]):
                 except BaseException as exc:
                     error = exc
         except BaseException as exc:
-            flights.land(call.store, call.key, flight, error=exc)
+            flights.land(flight, error=exc)
             raise
-        flights.land(call.store, call.key, flight, value)
+        flights.land(flight, value)
         if not executed:
             yield value
 
@@ -302,9 +302,9 @@ class Effect(Generic[P, R]):
                 except BaseException as exc:
                     error = exc
         except BaseException as exc:
-            flights.land(call.store, call.key, flight, error=exc)
+            flights.land(flight, error=exc)
             raise
-        flights.land(call.store, call.key, flight, value)
+        flights.land(flight, value)
         if not executed:
             yield value
 

@@ -20,15 +20,16 @@ __all__ = ["Flight", "flights"]
 class Flight:
     """The outcome of one in-process execution, for its followers.
 
-    A flight nobody follows costs a dict entry: the event a follower blocks on is
-    made only when a follower arrives.
+    A flight nobody follows costs a dict entry: the event a follower blocks on, or
+    the list of the futures tasks await, is made only when a follower arrives.
     """
 
-    __slots__ = ("_callbacks", "_event", "done", "error", "input_hash", "value")
+    __slots__ = ("_callbacks", "_event", "_ident", "done", "error", "input_hash", "value")
 
-    def __init__(self, input_hash: str) -> None:
+    def __init__(self, ident: tuple[int, str], input_hash: str) -> None:
+        self._ident = ident
         self._event: threading.Event | None = None
-        self._callbacks: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
+        self._callbacks: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] | None = None
         self.done = False
         self.value: Any = None
         self.error: BaseException | None = None
@@ -51,6 +52,8 @@ class Flight:
         with flights.lock:
             if self.done:
                 return True
+            if self._callbacks is None:
+                self._callbacks = []
             self._callbacks.append((loop, future))
         try:
             await asyncio.wait_for(asyncio.shield(future), timeout)
@@ -87,23 +90,25 @@ class _Flights:
             flight = self._flights.get(ident)
             if flight is not None:
                 return flight, False
-            flight = self._flights[ident] = Flight(input_hash)
+            flight = self._flights[ident] = Flight(ident, input_hash)
             return flight, True
 
-    def land(
-        self, store: object, key: str, flight: Flight, value: Any = None, error: BaseException | None = None
-    ) -> None:
-        """Publish the leader's outcome and forget the flight (later callers ask the store)."""
+    def land(self, flight: Flight, value: Any = None, error: BaseException | None = None) -> None:
+        """Publish the leader's outcome and forget the flight (later callers ask the store).
+
+        Once landed, no follower waits on it any more: they find it done.
+        """
         with self.lock:
-            if self._flights.get((id(store), key)) is flight:
-                del self._flights[(id(store), key)]
+            ident = flight._ident
+            if self._flights.get(ident) is flight:  # not after a fork, which forgets every flight
+                del self._flights[ident]
             flight.value, flight.error, flight.done = value, error, True
             event, callbacks = flight._event, flight._callbacks
-            flight._callbacks = []
         if event is not None:
             event.set()
-        for loop, future in callbacks:
-            loop.call_soon_threadsafe(_settle, future)
+        if callbacks is not None:
+            for loop, future in callbacks:
+                loop.call_soon_threadsafe(_settle, future)
 
 
 flights = _Flights()
