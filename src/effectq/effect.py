@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import inspect
 import threading
+import time
 import types
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from datetime import timedelta
@@ -22,6 +23,7 @@ from .context import EffectContext, KeyContext, bind_effect, unbind_effect
 from .engine import (
     Call,
     InvokeOp,
+    is_crash,
     new_owner,
     procedure,
     run_async,
@@ -30,7 +32,7 @@ from .engine import (
     run_sync,
 )
 from .errors import ConfigurationError, InProgress, InvalidInputError, NoActiveRun
-from .flights import flights
+from .flights import Flight, flights
 from .keys import check_key, check_name, default_key, sha256
 from .options import (
     FROM_ANNOTATION,
@@ -179,7 +181,9 @@ class Effect(Generic[P, R]):
     def _call_sync(self, call: Call, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         flight, leader = flights.join(call.store, call.key, call.input_hash)
         if not leader:
-            return _follow(flight, call)
+            flight = _follow(flight, call)
+            if flight.done:
+                return flight.outcome()
         try:
             value = run_sync(call, functools.partial(self._invoke_sync, args, kwargs))
         except BaseException as exc:
@@ -198,7 +202,9 @@ class Effect(Generic[P, R]):
     async def _call_async(self, call: Call, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         flight, leader = flights.join(call.store, call.key, call.input_hash)
         if not leader:
-            return await _follow_async(flight, call)
+            flight = await _follow_async(flight, call)
+            if flight.done:
+                return flight.outcome()
         try:
             value = await run_async(call, functools.partial(self._invoke_async, args, kwargs))
         except BaseException as exc:
@@ -218,8 +224,10 @@ class Effect(Generic[P, R]):
         """A generator effect: items stream through; the last one is recorded."""
         flight, leader = flights.join(call.store, call.key, call.input_hash)
         if not leader:
-            yield _follow(flight, call)
-            return
+            flight = _follow(flight, call)
+            if flight.done:
+                yield flight.outcome()
+                return
         proc = procedure(call)
         value: Any = None
         error: BaseException | None = None
@@ -266,8 +274,10 @@ class Effect(Generic[P, R]):
         """An async generator effect: items stream through; the last one is recorded."""
         flight, leader = flights.join(call.store, call.key, call.input_hash)
         if not leader:
-            yield await _follow_async(flight, call)
-            return
+            flight = await _follow_async(flight, call)
+            if flight.done:
+                yield flight.outcome()
+                return
         proc = procedure(call)
         value: Any = None
         error: BaseException | None = None
@@ -309,20 +319,58 @@ class Effect(Generic[P, R]):
             yield value
 
 
-def _follow(flight: Any, call: Call) -> Any:
-    wait = call.effect.options.wait
-    if not flight.wait(wait):
-        raise InProgress(call.key, name=call.effect.name, waited=wait)
-    call.run.stats.waited += 1
-    return flight.outcome()
+def _shares(flight: Flight, call: Call) -> bool:
+    """Whether the leader's landed outcome is ``call``'s too: what a caller after it would get.
+
+    Not when the leader had another input (that caller's replay would be checked against
+    the record), nor when a control-flow exception aimed at the leader alone stopped it (a
+    cancellation, ^C, a worker's time limit): that says nothing of the effect, which the
+    record tells. A simulated crash (``effectq.testing``) stands for the whole process.
+    """
+    error = flight.error
+    if error is not None and not isinstance(error, Exception) and not is_crash(error):
+        return False
+    mine, theirs = call.input_hash, flight.input_hash
+    return not (mine and theirs and mine != theirs)
 
 
-async def _follow_async(flight: Any, call: Call) -> Any:
-    wait = call.effect.options.wait
-    if not await flight.wait_async(wait):
-        raise InProgress(call.key, name=call.effect.name, waited=wait)
-    call.run.stats.waited += 1
-    return flight.outcome()
+def _follow(flight: Flight, call: Call) -> Flight:
+    """Wait for the leader of ``call``'s key in this process.
+
+    Returns the landed flight when its outcome is ``call``'s too (see :func:`_shares`),
+    or else a flight ``call`` leads: it then asks the store, as a caller after the leader
+    does.
+    """
+    deadline = time.monotonic() + call.effect.options.wait
+    while True:
+        if not flight.wait(deadline - time.monotonic()):
+            raise InProgress(call.key, name=call.effect.name, waited=call.effect.options.wait)
+        flight, settled = _landed(flight, call)
+        if settled:
+            return flight
+
+
+async def _follow_async(flight: Flight, call: Call) -> Flight:
+    """:func:`_follow` for a task."""
+    deadline = time.monotonic() + call.effect.options.wait
+    while True:
+        if not await flight.wait_async(deadline - time.monotonic()):
+            raise InProgress(call.key, name=call.effect.name, waited=call.effect.options.wait)
+        flight, settled = _landed(flight, call)
+        if settled:
+            return flight
+
+
+def _landed(flight: Flight, call: Call) -> tuple[Flight, bool]:
+    """After the leader landed: (its flight, True) when its outcome is ``call``'s; else
+    (a flight ``call`` leads, True), or (another caller's new flight to follow, False)."""
+    if _shares(flight, call):
+        call.run.stats.waited += 1
+        return flight, True
+    flight, leader = flights.join(call.store, call.key, call.input_hash)
+    if leader:
+        call.run.stats.waited += 1
+    return flight, leader
 
 
 def _key_params(

@@ -1,0 +1,253 @@
+"""Single flight at its edges.
+
+Callers of one key in one process share one execution (single flight). A follower gets what
+a caller after the leader would get: the leader's result when it had the same input, the
+mismatch check when it had another, and never the leader's own cancellation. An effect that
+calls itself by its own key fails at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+import effectq
+
+
+def run_id() -> str:
+    return f"run-{uuid.uuid4().hex[:8]}"
+
+
+def wait_until(condition: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
+    """Poll ``condition`` until it holds; fail (naming ``what``) if it never does."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(f"never happened: {what}")
+        time.sleep(0.01)
+
+
+def parked(thread: threading.Thread) -> bool:
+    """Whether ``thread`` is blocked in a wait of the threading module (an Event, a Condition)."""
+    frame = sys._current_frames().get(thread.ident or -1)
+    while frame is not None:
+        if frame.f_code.co_name == "wait" and frame.f_code.co_filename == threading.__file__:
+            return True
+        frame = frame.f_back
+    return False
+
+
+async def until(condition: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
+    """Let the loop run until ``condition`` holds, then a few turns more."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(f"never happened: {what}")
+        await asyncio.sleep(0.01)
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
+def one_key(args: dict[str, Any], ctx: effectq.KeyContext) -> str:
+    """Every call of the effect in a run shares one key, whatever its input."""
+    return f"{ctx.run_id}:{ctx.name}"
+
+
+# -- a follower with another input ------------------------------------------------------
+
+
+class Payments:
+    """A ``pay(amount)`` effect keyed by run alone, whose first call blocks until released."""
+
+    def __init__(self, on_mismatch: str) -> None:
+        self.charged: list[int] = []
+        self.release = threading.Event()
+        self.outcomes: dict[int, Any] = {}
+
+        @effectq.effect(name="edge.pay", key=one_key, on_mismatch=on_mismatch, wait=30)
+        def pay(amount: int) -> str:
+            self.charged.append(amount)
+            assert self.release.wait(30)
+            return f"charged {amount}"
+
+        self.pay = pay
+
+    def call(self, rid: str, store: effectq.Store, amount: int) -> None:
+        with effectq.run(rid, store=store):
+            try:
+                self.outcomes[amount] = self.pay(amount)
+            except Exception as exc:
+                self.outcomes[amount] = exc
+
+    def leader_then_follower(self, store: effectq.Store) -> None:
+        """pay(100) runs; pay(250) of the same key arrives while it does; then pay(100) returns."""
+        rid = run_id()
+        leader = threading.Thread(target=self.call, args=(rid, store, 100))
+        leader.start()
+        wait_until(lambda: self.charged == [100], "the leader is running")
+        follower = threading.Thread(target=self.call, args=(rid, store, 250))
+        follower.start()
+        wait_until(lambda: parked(follower), "the follower waits for the leader")
+        self.release.set()
+        leader.join(30)
+        follower.join(30)
+        assert not leader.is_alive() and not follower.is_alive()
+
+
+def test_follower_with_another_input_raises_input_mismatch(store: effectq.Store) -> None:
+    """A thread waiting on another's execution of its key, with another input and
+    on_mismatch="raise", gets InputMismatchError, as a caller after it would."""
+    payments = Payments("raise")
+    payments.leader_then_follower(store)
+    assert payments.outcomes[100] == "charged 100"
+    assert isinstance(payments.outcomes[250], effectq.InputMismatchError), payments.outcomes[250]
+    assert payments.charged == [100]
+
+
+def test_follower_with_another_input_is_warned(
+    store: effectq.Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    """With on_mismatch="warn", such a follower gets the recorded result and the mismatch warning."""
+    payments = Payments("warn")
+    with caplog.at_level(logging.WARNING, logger="effectq.replay"):
+        payments.leader_then_follower(store)
+    assert payments.outcomes == {100: "charged 100", 250: "charged 100"}
+    assert payments.charged == [100]
+    warned = [r for r in caplog.records if "recorded with a different input" in r.getMessage()]
+    assert len(warned) == 1, caplog.text
+
+
+def test_async_follower_with_another_input_raises_input_mismatch(store: effectq.Store) -> None:
+    """The same for asyncio tasks: the task with the other input gets InputMismatchError."""
+    charged: list[int] = []
+
+    async def main() -> list[Any]:
+        release = asyncio.Event()
+
+        @effectq.effect(name="edge.apay", key=one_key, on_mismatch="raise", wait=30)
+        async def pay(amount: int) -> str:
+            charged.append(amount)
+            await release.wait()
+            return f"charged {amount}"
+
+        async with effectq.run(run_id(), store=store):
+            leader = asyncio.create_task(pay(100))
+            await until(lambda: charged == [100], "the leader is running")
+            follower = asyncio.create_task(pay(250))
+            await until(lambda: True, "the follower joined")
+            release.set()
+            return await asyncio.gather(leader, follower, return_exceptions=True)
+
+    leader, follower = asyncio.run(main())
+    assert leader == "charged 100"
+    assert isinstance(follower, effectq.InputMismatchError), follower
+    assert charged == [100]
+
+
+# -- a leader stopped by its own control-flow exception ---------------------------------
+
+
+def test_follower_of_a_cancelled_leader_gets_outcome_unknown(store: effectq.Store) -> None:
+    """A task cancelled mid-effect leaves it unknown; a task that waited on it gets
+    OutcomeUnknown (what the record shows), not the other task's cancellation."""
+
+    async def main() -> tuple[BaseException, Any]:
+        running = asyncio.Event()
+
+        @effectq.effect(name="edge.push")
+        async def push() -> str:
+            running.set()
+            await asyncio.sleep(60)
+            return "pushed"
+
+        async with effectq.run(run_id(), store=store):
+            leader = asyncio.create_task(push())
+            await running.wait()
+            follower = asyncio.create_task(push())
+            await until(lambda: True, "the follower joined")
+            leader.cancel()
+            (cancelled,) = await asyncio.gather(leader, return_exceptions=True)
+            (outcome,) = await asyncio.gather(follower, return_exceptions=True)
+            return cancelled, outcome
+
+    cancelled, outcome = asyncio.run(main())
+    assert isinstance(cancelled, asyncio.CancelledError)
+    assert isinstance(outcome, effectq.OutcomeUnknown), repr(outcome)
+
+
+def test_follower_keeps_waiting_when_its_leader_is_cancelled_while_waiting(store: effectq.Store) -> None:
+    """A leader cancelled while it waits for a holder elsewhere: its follower waits on, and
+    returns the holder's result when it lands."""
+
+    @effectq.effect(name="edge.job", wait=30)
+    async def job() -> str:
+        return "mine"
+
+    async def main() -> tuple[BaseException, Any]:
+        rid = run_id()
+        async with effectq.run(rid, store=store) as bound:
+            key = job.key()
+            held = store.claim(key, effectq.store.ClaimRequest(lease_ms=30_000, owner="elsewhere"))
+            leader = asyncio.create_task(job())
+            await until(lambda: bound.stats.waited == 1, "the leader waits for the holder")
+            follower = asyncio.create_task(job())
+            await until(lambda: True, "the follower joined")
+            leader.cancel()
+            (cancelled,) = await asyncio.gather(leader, return_exceptions=True)
+            await asyncio.to_thread(
+                store.complete,
+                key,
+                held.token,
+                result=b'"theirs"',
+                result_state=effectq.ResultState.STORED,
+                retention_ms=60_000,
+            )
+            (outcome,) = await asyncio.gather(follower, return_exceptions=True)
+            return cancelled, outcome
+
+    cancelled, outcome = asyncio.run(main())
+    assert isinstance(cancelled, asyncio.CancelledError)
+    assert outcome == "theirs"
+
+
+def test_thread_following_an_interrupted_leader_gets_outcome_unknown(store: effectq.Store) -> None:
+    """A leader thread hit by KeyboardInterrupt mid-effect: the thread waiting on it gets
+    OutcomeUnknown, not the interrupt."""
+    release = threading.Event()
+    entered: list[int] = []
+    outcomes: dict[str, BaseException | str] = {}
+
+    @effectq.effect(name="edge.interrupted", wait=30)
+    def send() -> str:
+        entered.append(1)
+        assert release.wait(30)
+        raise KeyboardInterrupt
+
+    def call(role: str, rid: str) -> None:
+        with effectq.run(rid, store=store):
+            try:
+                outcomes[role] = send()
+            except BaseException as exc:
+                outcomes[role] = exc
+
+    rid = run_id()
+    leader = threading.Thread(target=call, args=("leader", rid))
+    leader.start()
+    wait_until(lambda: entered == [1], "the leader is running")
+    follower = threading.Thread(target=call, args=("follower", rid))
+    follower.start()
+    wait_until(lambda: parked(follower), "the follower waits for the leader")
+    release.set()
+    leader.join(30)
+    follower.join(30)
+    assert isinstance(outcomes["leader"], KeyboardInterrupt)
+    assert isinstance(outcomes["follower"], effectq.OutcomeUnknown), repr(outcomes["follower"])
+    assert entered == [1]
