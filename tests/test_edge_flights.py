@@ -14,12 +14,13 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
 import effectq
+from effectq.store.base import Status
 
 
 def run_id() -> str:
@@ -54,6 +55,12 @@ async def until(condition: Callable[[], bool], what: str, timeout: float = 30.0)
         await asyncio.sleep(0.01)
     for _ in range(5):
         await asyncio.sleep(0)
+
+
+def record_of(store: effectq.Store, key: str) -> Any:
+    record = store.get(key)
+    assert record is not None, f"no record of {key}"
+    return record
 
 
 def one_key(args: dict[str, Any], ctx: effectq.KeyContext) -> str:
@@ -251,3 +258,74 @@ def test_thread_following_an_interrupted_leader_gets_outcome_unknown(store: effe
     assert isinstance(outcomes["leader"], KeyboardInterrupt)
     assert isinstance(outcomes["follower"], effectq.OutcomeUnknown), repr(outcomes["follower"])
     assert entered == [1]
+
+
+# -- an effect calling itself by its own key ---------------------------------------------
+
+
+def test_an_effect_calling_itself_by_its_key_fails_at_once(store: effectq.Store) -> None:
+    """The inner call would wait for the outer one, which waits for it: ReentrantEffectError,
+    raised before the inner call writes anything; the outer call goes on."""
+    seen: list[BaseException] = []
+
+    @effectq.effect(name="edge.self", key=one_key, wait=3)
+    def again(depth: int) -> str:
+        if depth == 0:
+            try:
+                again(1)
+            except Exception as exc:
+                seen.append(exc)
+        return f"done at {depth}"
+
+    rid = run_id()
+    with effectq.run(rid, store=store):
+        assert again(0) == "done at 0"
+        key = again.key(0)
+    assert len(seen) == 1 and isinstance(seen[0], effectq.ReentrantEffectError), seen
+    assert seen[0].key == key
+    assert record_of(store, key).status is Status.COMPLETED
+
+
+def test_an_effect_reached_again_through_another_fails_at_once(store: effectq.Store) -> None:
+    """The same when the call comes back through another effect."""
+
+    @effectq.effect(name="edge.outer", key=one_key, wait=3)
+    def outer() -> str:
+        return inner()
+
+    @effectq.effect(name="edge.inner", wait=3)
+    def inner() -> str:
+        return outer()
+
+    with effectq.run(run_id(), store=store), pytest.raises(effectq.ReentrantEffectError):
+        outer()
+
+
+def test_an_async_effect_calling_itself_fails_at_once(store: effectq.Store) -> None:
+    """An async effect that awaits itself by its own key: ReentrantEffectError."""
+
+    @effectq.effect(name="edge.aself", key=one_key, wait=3)
+    async def again(depth: int) -> int:
+        if depth == 0:
+            return await again(1)
+        return depth
+
+    async def main() -> None:
+        async with effectq.run(run_id(), store=store):
+            await again(0)
+
+    with pytest.raises(effectq.ReentrantEffectError):
+        asyncio.run(main())
+
+
+def test_a_generator_effect_calling_itself_fails_at_once(store: effectq.Store) -> None:
+    """A generator effect whose source iterates the same key: ReentrantEffectError."""
+
+    @effectq.effect(name="edge.gself", key=one_key, wait=3)
+    def stream(depth: int) -> Iterator[int]:
+        yield depth
+        if depth == 0:
+            yield from stream(1)
+
+    with effectq.run(run_id(), store=store), pytest.raises(effectq.ReentrantEffectError):
+        list(stream(0))

@@ -8,6 +8,7 @@ bind, input that cannot be keyed, a bad key) raises before anything is claimed.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import inspect
 import threading
@@ -31,7 +32,13 @@ from .engine import (
     run_op_sync,
     run_sync,
 )
-from .errors import ConfigurationError, InProgress, InvalidInputError, NoActiveRun
+from .errors import (
+    ConfigurationError,
+    InProgress,
+    InvalidInputError,
+    NoActiveRun,
+    ReentrantEffectError,
+)
 from .flights import Flight, flights
 from .keys import check_key, check_name, default_key, sha256
 from .options import (
@@ -179,9 +186,10 @@ class Effect(Generic[P, R]):
     # -- the four ways to run ------------------------------------------------------------
 
     def _call_sync(self, call: Call, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        flight, leader = flights.join(call.store, call.key, call.input_hash)
+        me = threading.get_ident()
+        flight, leader = flights.join(call.store, call.key, call.input_hash, me)
         if not leader:
-            flight = _follow(flight, call)
+            flight = _follow(flight, call, me)
             if flight.done:
                 return flight.outcome()
         try:
@@ -200,9 +208,10 @@ class Effect(Generic[P, R]):
             unbind_effect(token)
 
     async def _call_async(self, call: Call, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        flight, leader = flights.join(call.store, call.key, call.input_hash)
+        me = asyncio.current_task()
+        flight, leader = flights.join(call.store, call.key, call.input_hash, me)
         if not leader:
-            flight = await _follow_async(flight, call)
+            flight = await _follow_async(flight, call, me)
             if flight.done:
                 return flight.outcome()
         try:
@@ -222,9 +231,10 @@ class Effect(Generic[P, R]):
 
     def _stream(self, call: Call, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Iterator[Any]:
         """A generator effect: items stream through; the last one is recorded."""
-        flight, leader = flights.join(call.store, call.key, call.input_hash)
+        me = threading.get_ident()
+        flight, leader = flights.join(call.store, call.key, call.input_hash, me)
         if not leader:
-            flight = _follow(flight, call)
+            flight = _follow(flight, call, me)
             if flight.done:
                 yield flight.outcome()
                 return
@@ -257,7 +267,9 @@ class Effect(Generic[P, R]):
                         finally:
                             unbind_effect(token)
                         last = item
+                        flight.owner = None  # the consumer's now, outside the effect
                         yield item
+                        flight.owner = me
                     value = last
                 except BaseException as exc:
                     error = exc
@@ -272,9 +284,10 @@ class Effect(Generic[P, R]):
         self, call: Call, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> AsyncIterator[Any]:
         """An async generator effect: items stream through; the last one is recorded."""
-        flight, leader = flights.join(call.store, call.key, call.input_hash)
+        me = asyncio.current_task()
+        flight, leader = flights.join(call.store, call.key, call.input_hash, me)
         if not leader:
-            flight = await _follow_async(flight, call)
+            flight = await _follow_async(flight, call, me)
             if flight.done:
                 yield flight.outcome()
                 return
@@ -307,7 +320,9 @@ class Effect(Generic[P, R]):
                         finally:
                             unbind_effect(token)
                         last = item
+                        flight.owner = None  # the consumer's now, outside the effect
                         yield item
+                        flight.owner = me
                     value = last
                 except BaseException as exc:
                     error = exc
@@ -334,40 +349,45 @@ def _shares(flight: Flight, call: Call) -> bool:
     return not (mine and theirs and mine != theirs)
 
 
-def _follow(flight: Flight, call: Call) -> Flight:
+def _follow(flight: Flight, call: Call, me: int) -> Flight:
     """Wait for the leader of ``call``'s key in this process.
 
     Returns the landed flight when its outcome is ``call``'s too (see :func:`_shares`),
     or else a flight ``call`` leads: it then asks the store, as a caller after the leader
-    does.
+    does. The thread inside the leader's call cannot wait for it.
     """
     deadline = time.monotonic() + call.effect.options.wait
     while True:
+        if flight.owner == me:
+            raise ReentrantEffectError(call.key, name=call.effect.name)
         if not flight.wait(deadline - time.monotonic()):
             raise InProgress(call.key, name=call.effect.name, waited=call.effect.options.wait)
-        flight, settled = _landed(flight, call)
+        flight, settled = _landed(flight, call, me)
         if settled:
             return flight
 
 
-async def _follow_async(flight: Flight, call: Call) -> Flight:
-    """:func:`_follow` for a task."""
+async def _follow_async(flight: Flight, call: Call, me: asyncio.Task[Any] | None) -> Flight:
+    """:func:`_follow` for a task: neither the task inside the leader's call, nor one on a
+    loop a synchronous leader on this thread runs inside its call, can wait for it."""
     deadline = time.monotonic() + call.effect.options.wait
     while True:
+        if (me is not None and flight.owner is me) or flight.owner == threading.get_ident():
+            raise ReentrantEffectError(call.key, name=call.effect.name)
         if not await flight.wait_async(deadline - time.monotonic()):
             raise InProgress(call.key, name=call.effect.name, waited=call.effect.options.wait)
-        flight, settled = _landed(flight, call)
+        flight, settled = _landed(flight, call, me)
         if settled:
             return flight
 
 
-def _landed(flight: Flight, call: Call) -> tuple[Flight, bool]:
+def _landed(flight: Flight, call: Call, me: object) -> tuple[Flight, bool]:
     """After the leader landed: (its flight, True) when its outcome is ``call``'s; else
     (a flight ``call`` leads, True), or (another caller's new flight to follow, False)."""
     if _shares(flight, call):
         call.run.stats.waited += 1
         return flight, True
-    flight, leader = flights.join(call.store, call.key, call.input_hash)
+    flight, leader = flights.join(call.store, call.key, call.input_hash, me)
     if leader:
         call.run.stats.waited += 1
     return flight, leader

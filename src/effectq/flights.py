@@ -5,6 +5,10 @@ trips included; callers that arrive while it runs (followers, in other threads
 or asyncio tasks) wait for its outcome instead of asking the store. Across
 processes the store's claim does the same job; this only saves round trips and
 gives asyncio tasks a wait that never blocks their loop.
+
+A follower takes the leader's outcome only where it is the follower's too (see
+``effectq.effect``): otherwise it waits for the landing, then asks the store as a
+caller after the leader would.
 """
 
 from __future__ import annotations
@@ -24,9 +28,9 @@ class Flight:
     the list of the futures tasks await, is made only when a follower arrives.
     """
 
-    __slots__ = ("_callbacks", "_event", "_ident", "done", "error", "input_hash", "value")
+    __slots__ = ("_callbacks", "_event", "_ident", "done", "error", "input_hash", "owner", "value")
 
-    def __init__(self, ident: tuple[int, str], input_hash: str) -> None:
+    def __init__(self, ident: tuple[int, str], input_hash: str, owner: object) -> None:
         self._ident = ident
         self._event: threading.Event | None = None
         self._callbacks: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] | None = None
@@ -34,6 +38,10 @@ class Flight:
         self.value: Any = None
         self.error: BaseException | None = None
         self.input_hash = input_hash
+        self.owner = owner
+        """Who is inside the leader's call, blocked until it lands: its thread's id (a
+        synchronous call) or its asyncio task; None while a stream waits for its consumer.
+        A caller of the key that is the owner would wait for itself."""
 
     def wait(self, timeout: float) -> bool:
         """Block until landed (True) or ``timeout`` passes (False)."""
@@ -83,14 +91,14 @@ class _Flights:
         self.lock = threading.Lock()
         self._flights = {}
 
-    def join(self, store: object, key: str, input_hash: str) -> tuple[Flight, bool]:
-        """(the flight of ``key``, whether this caller leads it)."""
+    def join(self, store: object, key: str, input_hash: str, owner: object) -> tuple[Flight, bool]:
+        """(the flight of ``key``, whether this caller leads it: then ``owner`` owns it)."""
         ident = (id(store), key)
         with self.lock:
             flight = self._flights.get(ident)
             if flight is not None:
                 return flight, False
-            flight = self._flights[ident] = Flight(ident, input_hash)
+            flight = self._flights[ident] = Flight(ident, input_hash, owner)
             return flight, True
 
     def land(self, flight: Flight, value: Any = None, error: BaseException | None = None) -> None:
