@@ -1,20 +1,22 @@
-"""Single flight at its edges.
+"""Single flight at its edges, and streams closed before their end.
 
 Callers of one key in one process share one execution (single flight). A follower gets what
 a caller after the leader would get: the leader's result when it had the same input, the
-mismatch check when it had another, and never the leader's own cancellation. An effect that
-calls itself by its own key fails at once.
+mismatch check when it had another, and never the leader's own cancellation. A stream whose
+consumer stops early may have partly applied: it is recorded as unknown, its source is
+closed, and closing it never raises. An effect that calls itself by its own key fails at once.
 """
 
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import pytest
@@ -258,6 +260,208 @@ def test_thread_following_an_interrupted_leader_gets_outcome_unknown(store: effe
     assert isinstance(outcomes["leader"], KeyboardInterrupt)
     assert isinstance(outcomes["follower"], effectq.OutcomeUnknown), repr(outcomes["follower"])
     assert entered == [1]
+
+
+# -- streams closed before their end -----------------------------------------------------
+
+
+class Source:
+    """A generator effect's source: three items, and a note of how it ended."""
+
+    def __init__(self) -> None:
+        self.runs = 0
+        self.closed_in: list[str] = []  # the key current_effect() named when the source closed
+
+    def items(self) -> Iterator[int]:
+        self.runs += 1
+        try:
+            yield from (1, 2, 3)
+        finally:
+            self.closed_in.append(effectq.current_effect().key)
+
+    def effect(self, **options: Any) -> Any:
+        """A generator effect that streams :meth:`items`."""
+
+        @effectq.effect(name="edge.stream", **options)
+        def stream() -> Iterator[int]:
+            yield from self.items()
+
+        return stream
+
+    async def aitems(self) -> AsyncIterator[int]:
+        self.runs += 1
+        try:
+            for item in (1, 2, 3):
+                yield item
+        finally:
+            self.closed_in.append(effectq.current_effect().key)
+
+    def async_effect(self) -> Any:
+        """An async generator effect that streams :meth:`aitems`."""
+
+        @effectq.effect(name="edge.astream")
+        async def stream() -> AsyncIterator[int]:
+            async for item in self.aitems():
+                yield item
+
+        return stream
+
+
+def close_after_the_first_item(stream: Any, store: effectq.Store) -> str:
+    """Take one item of ``stream()`` in a run of its own, close it; its key."""
+    with effectq.run(run_id(), store=store):
+        items = stream()
+        next(items)
+        items.close()
+        return str(stream.key())
+
+
+def test_closing_a_generator_early_records_unknown(store: effectq.Store) -> None:
+    """gen.close() after the first item: close does not raise, the source is closed inside the
+    effect, the record is unknown (the effect may have partly applied), a later call raises
+    OutcomeUnknown."""
+    source = Source()
+    stream = source.effect()
+
+    rid = run_id()
+    with effectq.run(rid, store=store):
+        key = stream.key()
+    with effectq.run(rid, store=store):
+        items = stream()
+        assert next(items) == 1
+        items.close()
+    assert source.closed_in == [key]
+    record = record_of(store, key)
+    assert record.status is Status.UNKNOWN
+    assert "closed" in record.error
+    with effectq.run(rid, store=store), pytest.raises(effectq.OutcomeUnknown):
+        next(stream())
+    assert source.runs == 1
+
+
+def test_breaking_out_of_a_generator_records_unknown(store: effectq.Store) -> None:
+    """A for loop that breaks after the first item (the generator closed as it is collected)
+    leaves the same truthful record: unknown, the source closed."""
+    source = Source()
+    stream = source.effect()
+
+    rid = run_id()
+    with effectq.run(rid, store=store):
+        for _ in stream():
+            break
+        gc.collect()
+        key = stream.key()
+    assert source.closed_in == [key]
+    assert record_of(store, key).status is Status.UNKNOWN
+
+
+def test_a_replay_safe_generator_closed_early_runs_again(store: effectq.Store) -> None:
+    """Unknown is the truth the effect's options then act on: a replay-safe stream closed
+    early runs again, whole, on the next call."""
+    source = Source()
+    stream = source.effect(replay_safe=True)
+
+    rid = run_id()
+    with effectq.run(rid, store=store):
+        items = stream()
+        assert next(items) == 1
+        items.close()
+        assert list(stream()) == [1, 2, 3]
+        assert list(stream()) == [3]
+    assert source.runs == 2
+
+
+def test_closing_a_replayed_generator_early_changes_nothing(store: effectq.Store) -> None:
+    """A stream that replays its recorded last item may be closed at any point: the record
+    stays completed."""
+    source = Source()
+    stream = source.effect()
+
+    rid = run_id()
+    with effectq.run(rid, store=store):
+        assert list(stream()) == [1, 2, 3]
+        replay = stream()
+        assert next(replay) == 3
+        replay.close()
+        key = stream.key()
+    assert record_of(store, key).status is Status.COMPLETED
+
+
+def test_closing_early_is_unknown_whatever_maybe_applied_says(store: effectq.Store) -> None:
+    """A maybe_applied predicate classifies the function's exceptions; a consumer's early
+    close is none of them, and stays unknown."""
+    source = Source()
+    stream = source.effect(maybe_applied=lambda exc: False)
+
+    key = close_after_the_first_item(stream, store)
+    assert record_of(store, key).status is Status.UNKNOWN
+
+
+def test_a_source_whose_cleanup_raises_is_closed_quietly(store: effectq.Store) -> None:
+    """A source whose cleanup raises as it is closed: close() still returns, and the record,
+    unknown, says what the cleanup raised."""
+
+    @effectq.effect(name="edge.stream")
+    def stream() -> Iterator[int]:
+        try:
+            yield 1
+            yield 2
+        finally:
+            raise ValueError("upstream cleanup failed")
+
+    key = close_after_the_first_item(stream, store)
+    record = record_of(store, key)
+    assert record.status is Status.UNKNOWN
+    assert "upstream cleanup failed" in record.error
+
+
+def test_aclosing_an_async_generator_early_records_unknown(store: effectq.Store) -> None:
+    """aclose() after the first item: the same as close() for a generator."""
+    source = Source()
+    stream = source.async_effect()
+    rid = run_id()
+
+    async def main() -> str:
+        async with effectq.run(rid, store=store):
+            items = stream()
+            assert await items.__anext__() == 1
+            await items.aclose()
+            return stream.key()
+
+    key = asyncio.run(main())
+    assert source.closed_in == [key]
+    assert record_of(store, key).status is Status.UNKNOWN
+
+    async def again() -> None:
+        async with effectq.run(rid, store=store):
+            await stream().__anext__()
+
+    with pytest.raises(effectq.OutcomeUnknown):
+        asyncio.run(again())
+
+
+def test_breaking_out_of_an_async_generator_records_unknown(store: effectq.Store) -> None:
+    """An async for loop that breaks: the loop closes the collected generator (aclose), the
+    record turns unknown while the loop goes on, and the loop reports no error."""
+    source = Source()
+    stream = source.async_effect()
+    loop_errors: list[dict[str, Any]] = []
+
+    async def main() -> None:
+        asyncio.get_running_loop().set_exception_handler(lambda loop, context: loop_errors.append(context))
+        async with effectq.run(run_id(), store=store):
+            key = stream.key()
+            async for _ in stream():
+                break
+            gc.collect()
+            await until(
+                lambda: record_of(store, key).status is not Status.DISPATCHED, "the record settles", 10
+            )
+            assert record_of(store, key).status is Status.UNKNOWN
+            assert source.closed_in == [key]
+
+    asyncio.run(main())
+    assert loop_errors == []
 
 
 # -- an effect calling itself by its own key ---------------------------------------------

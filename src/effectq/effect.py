@@ -9,6 +9,7 @@ bind, input that cannot be keyed, a bad key) raises before anything is claimed.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import inspect
 import threading
@@ -38,6 +39,7 @@ from .errors import (
     InvalidInputError,
     NoActiveRun,
     ReentrantEffectError,
+    describe_exception,
 )
 from .flights import Flight, flights
 from .keys import check_key, check_name, default_key, sha256
@@ -73,6 +75,18 @@ class Effect(Generic[P, R]):
 
     def __init__(self, fn: Callable[P, R], options: EffectOptions) -> None:
         self.fn = fn
+        if inspect.iscoroutinefunction(fn):
+            self._invoke_kind = "async"
+        elif inspect.isasyncgenfunction(fn):
+            self._invoke_kind = "async_gen"
+        elif inspect.isgeneratorfunction(fn):
+            self._invoke_kind = "gen"
+        else:
+            self._invoke_kind = "sync"
+        if self._invoke_kind in ("gen", "async_gen"):
+            # A consumer's early close is no exception of the function's: whatever maybe_applied
+            # says of those, the stream may have partly applied (see StreamClosed).
+            options = dataclasses.replace(options, maybe_applied=_or_closed(options.maybe_applied))
         self.options = options
         self.name = options.name
         self._signature = inspect.signature(fn)
@@ -84,14 +98,6 @@ class Effect(Generic[P, R]):
         self._names = tuple(p.name for p in params) if plain else None  # binds by zip, fast
         self._all_keyed = set(self._key_params) == {p.name for p in params}
         functools.update_wrapper(self, fn)
-        if inspect.iscoroutinefunction(fn):
-            self._invoke_kind = "async"
-        elif inspect.isasyncgenfunction(fn):
-            self._invoke_kind = "async_gen"
-        elif inspect.isgeneratorfunction(fn):
-            self._invoke_kind = "gen"
-        else:
-            self._invoke_kind = "sync"
 
     def __repr__(self) -> str:
         return f"<effect {self.name}>"
@@ -230,7 +236,12 @@ class Effect(Generic[P, R]):
             unbind_effect(token)
 
     def _stream(self, call: Call, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Iterator[Any]:
-        """A generator effect: items stream through; the last one is recorded."""
+        """A generator effect: items stream through; the last one is recorded.
+
+        A consumer that closes the stream before its end (``close()``, or a ``break`` and
+        the generator collected) stops an effect that may have partly applied: its source
+        is closed inside the effect and the record turns unknown.
+        """
         me = threading.get_ident()
         flight, leader = flights.join(call.store, call.key, call.input_hash, me)
         if not leader:
@@ -256,6 +267,7 @@ class Effect(Generic[P, R]):
                         error = exc
                     continue
                 last: Any = None
+                count = 0
                 try:
                     source = iter(self.fn(*args, **kwargs))  # type: ignore[call-overload]
                     while True:
@@ -267,14 +279,20 @@ class Effect(Generic[P, R]):
                         finally:
                             unbind_effect(token)
                         last = item
+                        count += 1
                         flight.owner = None  # the consumer's now, outside the effect
-                        yield item
+                        try:
+                            yield item
+                        except GeneratorExit:
+                            raise _close(source, op.ctx, count) from None
                         flight.owner = me
                     value = last
                 except BaseException as exc:
                     error = exc
         except BaseException as exc:
             flights.land(flight, error=exc)
+            if isinstance(exc, StreamClosed):
+                return  # closed as asked, and recorded as unknown
             raise
         flights.land(flight, value)
         if not executed:
@@ -283,7 +301,11 @@ class Effect(Generic[P, R]):
     async def _stream_async(
         self, call: Call, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> AsyncIterator[Any]:
-        """An async generator effect: items stream through; the last one is recorded."""
+        """An async generator effect: items stream through; the last one is recorded.
+
+        Closed before its end (``aclose()``, or a ``break`` and the generator collected),
+        it is recorded as unknown, its source closed, as :meth:`_stream` says.
+        """
         me = asyncio.current_task()
         flight, leader = flights.join(call.store, call.key, call.input_hash, me)
         if not leader:
@@ -309,6 +331,7 @@ class Effect(Generic[P, R]):
                         error = exc
                     continue
                 last: Any = None
+                count = 0
                 try:
                     source = self.fn(*args, **kwargs).__aiter__()  # type: ignore[attr-defined]
                     while True:
@@ -320,18 +343,68 @@ class Effect(Generic[P, R]):
                         finally:
                             unbind_effect(token)
                         last = item
+                        count += 1
                         flight.owner = None  # the consumer's now, outside the effect
-                        yield item
+                        try:
+                            yield item
+                        except GeneratorExit:
+                            raise await _aclose(source, op.ctx, count) from None
                         flight.owner = me
                     value = last
                 except BaseException as exc:
                     error = exc
         except BaseException as exc:
             flights.land(flight, error=exc)
+            if isinstance(exc, StreamClosed):
+                return  # closed as asked, and recorded as unknown
             raise
         flights.land(flight, value)
         if not executed:
             yield value
+
+
+class StreamClosed(BaseException):
+    """A stream's consumer closed it before its end; what the driver tells the procedure.
+
+    Not the function's exception: the stream may have partly applied, so it is recorded
+    as unknown whatever ``maybe_applied`` says. Never raised to the caller.
+    """
+
+    def __init__(self, count: int, detail: str = "") -> None:
+        items = "1 item" if count == 1 else f"{count} items"
+        super().__init__(f"the consumer closed the stream after {items}, before its end{detail}")
+
+
+def _or_closed(maybe_applied: Callable[[BaseException], bool]) -> Callable[[BaseException], bool]:
+    def classify(exc: BaseException) -> bool:
+        return isinstance(exc, StreamClosed) or maybe_applied(exc)
+
+    return classify
+
+
+def _close(source: Iterator[Any], ctx: EffectContext, count: int) -> StreamClosed:
+    """Close the source of a stream closed early, inside the effect (its cleanup may call
+    ``current_effect()``); a cleanup that raises goes into the record's reason."""
+    token = bind_effect(ctx)
+    try:
+        source.close()  # type: ignore[attr-defined]
+    except Exception as exc:
+        return StreamClosed(count, f"; closing its source raised {describe_exception(exc, 200)}")
+    finally:
+        unbind_effect(token)
+    return StreamClosed(count)
+
+
+async def _aclose(source: AsyncIterator[Any], ctx: EffectContext, count: int) -> StreamClosed:
+    """:func:`_close` for an async stream."""
+    token = bind_effect(ctx)
+    try:
+        await source.aclose()  # type: ignore[attr-defined]
+    except Exception as exc:
+        return StreamClosed(count, f"; closing its source raised {describe_exception(exc, 200)}")
+    finally:
+        unbind_effect(token)
+    return StreamClosed(count)
 
 
 def _shares(flight: Flight, call: Call) -> bool:
