@@ -59,6 +59,7 @@ SAMPLES: list[errors.EffectqError] = [
     errors.ResultNotRecordedError(KEY, name="payments.charge", reason="too_large"),
     errors.ResultDecodeError(KEY, name="payments.charge", detail="field id missing"),
     errors.ReconcileError(KEY, name="payments.charge"),
+    errors.ReentrantEffectError(KEY, name="payments.charge"),
     errors.ResolveRefusedError(KEY, "completed", "already completed"),
     errors.ConfigurationError("lease must be positive"),
     effectq.steps.StepDivergedError(

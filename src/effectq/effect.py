@@ -8,9 +8,12 @@ bind, input that cannot be keyed, a bad key) raises before anything is claimed.
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import functools
 import inspect
 import threading
+import time
 import types
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from datetime import timedelta
@@ -22,6 +25,7 @@ from .context import EffectContext, KeyContext, bind_effect, unbind_effect
 from .engine import (
     Call,
     InvokeOp,
+    is_crash,
     new_owner,
     procedure,
     run_async,
@@ -29,8 +33,15 @@ from .engine import (
     run_op_sync,
     run_sync,
 )
-from .errors import ConfigurationError, InProgress, InvalidInputError, NoActiveRun
-from .flights import flights
+from .errors import (
+    ConfigurationError,
+    InProgress,
+    InvalidInputError,
+    NoActiveRun,
+    ReentrantEffectError,
+    describe_exception,
+)
+from .flights import Flight, flights
 from .keys import check_key, check_name, default_key, sha256
 from .options import (
     FROM_ANNOTATION,
@@ -64,6 +75,18 @@ class Effect(Generic[P, R]):
 
     def __init__(self, fn: Callable[P, R], options: EffectOptions) -> None:
         self.fn = fn
+        if inspect.iscoroutinefunction(fn):
+            self._invoke_kind = "async"
+        elif inspect.isasyncgenfunction(fn):
+            self._invoke_kind = "async_gen"
+        elif inspect.isgeneratorfunction(fn):
+            self._invoke_kind = "gen"
+        else:
+            self._invoke_kind = "sync"
+        if self._invoke_kind in ("gen", "async_gen"):
+            # A consumer's early close is no exception of the function's: whatever maybe_applied
+            # says of those, the stream may have partly applied (see StreamClosed).
+            options = dataclasses.replace(options, maybe_applied=_or_closed(options.maybe_applied))
         self.options = options
         self.name = options.name
         self._signature = inspect.signature(fn)
@@ -75,14 +98,6 @@ class Effect(Generic[P, R]):
         self._names = tuple(p.name for p in params) if plain else None  # binds by zip, fast
         self._all_keyed = set(self._key_params) == {p.name for p in params}
         functools.update_wrapper(self, fn)
-        if inspect.iscoroutinefunction(fn):
-            self._invoke_kind = "async"
-        elif inspect.isasyncgenfunction(fn):
-            self._invoke_kind = "async_gen"
-        elif inspect.isgeneratorfunction(fn):
-            self._invoke_kind = "gen"
-        else:
-            self._invoke_kind = "sync"
 
     def __repr__(self) -> str:
         return f"<effect {self.name}>"
@@ -177,15 +192,18 @@ class Effect(Generic[P, R]):
     # -- the four ways to run ------------------------------------------------------------
 
     def _call_sync(self, call: Call, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        flight, leader = flights.join(call.store, call.key, call.input_hash)
+        me = threading.get_ident()
+        flight, leader = flights.join(call.store, call.key, call.input_hash, me)
         if not leader:
-            return _follow(flight, call)
+            flight = _follow(flight, call, me)
+            if flight.done:
+                return flight.outcome()
         try:
             value = run_sync(call, functools.partial(self._invoke_sync, args, kwargs))
         except BaseException as exc:
-            flights.land(call.store, call.key, flight, error=exc)
+            flights.land(flight, error=exc)
             raise
-        flights.land(call.store, call.key, flight, value)
+        flights.land(flight, value)
         return value
 
     def _invoke_sync(self, args: tuple[Any, ...], kwargs: dict[str, Any], ctx: EffectContext) -> Any:
@@ -196,15 +214,18 @@ class Effect(Generic[P, R]):
             unbind_effect(token)
 
     async def _call_async(self, call: Call, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        flight, leader = flights.join(call.store, call.key, call.input_hash)
+        me = asyncio.current_task()
+        flight, leader = flights.join(call.store, call.key, call.input_hash, me)
         if not leader:
-            return await _follow_async(flight, call)
+            flight = await _follow_async(flight, call, me)
+            if flight.done:
+                return flight.outcome()
         try:
             value = await run_async(call, functools.partial(self._invoke_async, args, kwargs))
         except BaseException as exc:
-            flights.land(call.store, call.key, flight, error=exc)
+            flights.land(flight, error=exc)
             raise
-        flights.land(call.store, call.key, flight, value)
+        flights.land(flight, value)
         return value
 
     async def _invoke_async(self, args: tuple[Any, ...], kwargs: dict[str, Any], ctx: EffectContext) -> Any:
@@ -215,11 +236,19 @@ class Effect(Generic[P, R]):
             unbind_effect(token)
 
     def _stream(self, call: Call, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Iterator[Any]:
-        """A generator effect: items stream through; the last one is recorded."""
-        flight, leader = flights.join(call.store, call.key, call.input_hash)
+        """A generator effect: items stream through; the last one is recorded.
+
+        A consumer that closes the stream before its end (``close()``, or a ``break`` and
+        the generator collected) stops an effect that may have partly applied: its source
+        is closed inside the effect and the record turns unknown.
+        """
+        me = threading.get_ident()
+        flight, leader = flights.join(call.store, call.key, call.input_hash, me)
         if not leader:
-            yield _follow(flight, call)
-            return
+            flight = _follow(flight, call, me)
+            if flight.done:
+                yield flight.outcome()
+                return
         proc = procedure(call)
         value: Any = None
         error: BaseException | None = None
@@ -238,6 +267,7 @@ class Effect(Generic[P, R]):
                         error = exc
                     continue
                 last: Any = None
+                count = 0
                 try:
                     source = iter(self.fn(*args, **kwargs))  # type: ignore[call-overload]
                     while True:
@@ -249,25 +279,40 @@ class Effect(Generic[P, R]):
                         finally:
                             unbind_effect(token)
                         last = item
-                        yield item
+                        count += 1
+                        flight.owner = None  # the consumer's now, outside the effect
+                        try:
+                            yield item
+                        except GeneratorExit:
+                            raise _close(source, op.ctx, count) from None
+                        flight.owner = me
                     value = last
                 except BaseException as exc:
                     error = exc
         except BaseException as exc:
-            flights.land(call.store, call.key, flight, error=exc)
+            flights.land(flight, error=exc)
+            if isinstance(exc, StreamClosed):
+                return  # closed as asked, and recorded as unknown
             raise
-        flights.land(call.store, call.key, flight, value)
+        flights.land(flight, value)
         if not executed:
             yield value
 
     async def _stream_async(
         self, call: Call, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> AsyncIterator[Any]:
-        """An async generator effect: items stream through; the last one is recorded."""
-        flight, leader = flights.join(call.store, call.key, call.input_hash)
+        """An async generator effect: items stream through; the last one is recorded.
+
+        Closed before its end (``aclose()``, or a ``break`` and the generator collected),
+        it is recorded as unknown, its source closed, as :meth:`_stream` says.
+        """
+        me = asyncio.current_task()
+        flight, leader = flights.join(call.store, call.key, call.input_hash, me)
         if not leader:
-            yield await _follow_async(flight, call)
-            return
+            flight = await _follow_async(flight, call, me)
+            if flight.done:
+                yield flight.outcome()
+                return
         proc = procedure(call)
         value: Any = None
         error: BaseException | None = None
@@ -286,6 +331,7 @@ class Effect(Generic[P, R]):
                         error = exc
                     continue
                 last: Any = None
+                count = 0
                 try:
                     source = self.fn(*args, **kwargs).__aiter__()  # type: ignore[attr-defined]
                     while True:
@@ -297,32 +343,127 @@ class Effect(Generic[P, R]):
                         finally:
                             unbind_effect(token)
                         last = item
-                        yield item
+                        count += 1
+                        flight.owner = None  # the consumer's now, outside the effect
+                        try:
+                            yield item
+                        except GeneratorExit:
+                            raise await _aclose(source, op.ctx, count) from None
+                        flight.owner = me
                     value = last
                 except BaseException as exc:
                     error = exc
         except BaseException as exc:
-            flights.land(call.store, call.key, flight, error=exc)
+            flights.land(flight, error=exc)
+            if isinstance(exc, StreamClosed):
+                return  # closed as asked, and recorded as unknown
             raise
-        flights.land(call.store, call.key, flight, value)
+        flights.land(flight, value)
         if not executed:
             yield value
 
 
-def _follow(flight: Any, call: Call) -> Any:
-    wait = call.effect.options.wait
-    if not flight.wait(wait):
-        raise InProgress(call.key, name=call.effect.name, waited=wait)
-    call.run.stats.waited += 1
-    return flight.outcome()
+class StreamClosed(BaseException):
+    """A stream's consumer closed it before its end; what the driver tells the procedure.
+
+    Not the function's exception: the stream may have partly applied, so it is recorded
+    as unknown whatever ``maybe_applied`` says. Never raised to the caller.
+    """
+
+    def __init__(self, count: int, detail: str = "") -> None:
+        items = "1 item" if count == 1 else f"{count} items"
+        super().__init__(f"the consumer closed the stream after {items}, before its end{detail}")
 
 
-async def _follow_async(flight: Any, call: Call) -> Any:
-    wait = call.effect.options.wait
-    if not await flight.wait_async(wait):
-        raise InProgress(call.key, name=call.effect.name, waited=wait)
-    call.run.stats.waited += 1
-    return flight.outcome()
+def _or_closed(maybe_applied: Callable[[BaseException], bool]) -> Callable[[BaseException], bool]:
+    def classify(exc: BaseException) -> bool:
+        return isinstance(exc, StreamClosed) or maybe_applied(exc)
+
+    return classify
+
+
+def _close(source: Iterator[Any], ctx: EffectContext, count: int) -> StreamClosed:
+    """Close the source of a stream closed early, inside the effect (its cleanup may call
+    ``current_effect()``); a cleanup that raises goes into the record's reason."""
+    token = bind_effect(ctx)
+    try:
+        source.close()  # type: ignore[attr-defined]
+    except Exception as exc:
+        return StreamClosed(count, f"; closing its source raised {describe_exception(exc, 200)}")
+    finally:
+        unbind_effect(token)
+    return StreamClosed(count)
+
+
+async def _aclose(source: AsyncIterator[Any], ctx: EffectContext, count: int) -> StreamClosed:
+    """:func:`_close` for an async stream."""
+    token = bind_effect(ctx)
+    try:
+        await source.aclose()  # type: ignore[attr-defined]
+    except Exception as exc:
+        return StreamClosed(count, f"; closing its source raised {describe_exception(exc, 200)}")
+    finally:
+        unbind_effect(token)
+    return StreamClosed(count)
+
+
+def _shares(flight: Flight, call: Call) -> bool:
+    """Whether the leader's landed outcome is ``call``'s too: what a caller after it would get.
+
+    Not when the leader had another input (that caller's replay would be checked against
+    the record), nor when a control-flow exception aimed at the leader alone stopped it (a
+    cancellation, ^C, a worker's time limit): that says nothing of the effect, which the
+    record tells. A simulated crash (``effectq.testing``) stands for the whole process.
+    """
+    error = flight.error
+    if error is not None and not isinstance(error, Exception) and not is_crash(error):
+        return False
+    mine, theirs = call.input_hash, flight.input_hash
+    return not (mine and theirs and mine != theirs)
+
+
+def _follow(flight: Flight, call: Call, me: int) -> Flight:
+    """Wait for the leader of ``call``'s key in this process.
+
+    Returns the landed flight when its outcome is ``call``'s too (see :func:`_shares`),
+    or else a flight ``call`` leads: it then asks the store, as a caller after the leader
+    does. The thread inside the leader's call cannot wait for it.
+    """
+    deadline = time.monotonic() + call.effect.options.wait
+    while True:
+        if flight.owner == me:
+            raise ReentrantEffectError(call.key, name=call.effect.name)
+        if not flight.wait(deadline - time.monotonic()):
+            raise InProgress(call.key, name=call.effect.name, waited=call.effect.options.wait)
+        flight, settled = _landed(flight, call, me)
+        if settled:
+            return flight
+
+
+async def _follow_async(flight: Flight, call: Call, me: asyncio.Task[Any] | None) -> Flight:
+    """:func:`_follow` for a task: neither the task inside the leader's call, nor one on a
+    loop a synchronous leader on this thread runs inside its call, can wait for it."""
+    deadline = time.monotonic() + call.effect.options.wait
+    while True:
+        if (me is not None and flight.owner is me) or flight.owner == threading.get_ident():
+            raise ReentrantEffectError(call.key, name=call.effect.name)
+        if not await flight.wait_async(deadline - time.monotonic()):
+            raise InProgress(call.key, name=call.effect.name, waited=call.effect.options.wait)
+        flight, settled = _landed(flight, call, me)
+        if settled:
+            return flight
+
+
+def _landed(flight: Flight, call: Call, me: object) -> tuple[Flight, bool]:
+    """After the leader landed: (its flight, True) when its outcome is ``call``'s; else
+    (a flight ``call`` leads, True), or (another caller's new flight to follow, False)."""
+    if _shares(flight, call):
+        call.run.stats.waited += 1
+        return flight, True
+    flight, leader = flights.join(call.store, call.key, call.input_hash, me)
+    if leader:
+        call.run.stats.waited += 1
+    return flight, leader
 
 
 def _key_params(

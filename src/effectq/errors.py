@@ -34,6 +34,7 @@ __all__ = [
     "NoActiveRun",
     "OutcomeUnknown",
     "ReconcileError",
+    "ReentrantEffectError",
     "ReplicationError",
     "ResolveRefusedError",
     "ResultDecodeError",
@@ -114,6 +115,29 @@ class InProgress(EffectqError):
             f"effect {name or '?'} is in flight{holder} (key {key!r}); waited {waited:.1f}s for its result"
         )
         self._rebuilt_from(key, name, waited, owner)
+
+
+class ReentrantEffectError(EffectqError):
+    """An effect was called, with the same key, from inside the call that holds that key.
+
+    The inner call could only wait for the outer one, which waits for it; so it fails at
+    once, before it claims anything or runs the function. Give the inner call a key of its
+    own (other arguments, or a key function), or call the undecorated function (``.fn``).
+
+    Attributes:
+        key: the effect key.
+        name: the effect name.
+    """
+
+    def __init__(self, key: str, name: str = "") -> None:
+        self.key = key
+        self.name = name
+        super().__init__(
+            f"effect {name or '?'} was called with key {key!r} from inside its own call with that "
+            f"key, and would wait for itself; this call ran nothing. Give it a key of its own, or "
+            f"call the undecorated function (.fn)"
+        )
+        self._rebuilt_from(key, name)
 
 
 class StoreError(EffectqError):

@@ -5,6 +5,10 @@ trips included; callers that arrive while it runs (followers, in other threads
 or asyncio tasks) wait for its outcome instead of asking the store. Across
 processes the store's claim does the same job; this only saves round trips and
 gives asyncio tasks a wait that never blocks their loop.
+
+A follower takes the leader's outcome only where it is the follower's too (see
+``effectq.effect``): otherwise it waits for the landing, then asks the store as a
+caller after the leader would.
 """
 
 from __future__ import annotations
@@ -20,19 +24,24 @@ __all__ = ["Flight", "flights"]
 class Flight:
     """The outcome of one in-process execution, for its followers.
 
-    A flight nobody follows costs a dict entry: the event a follower blocks on is
-    made only when a follower arrives.
+    A flight nobody follows costs a dict entry: the event a follower blocks on, or
+    the list of the futures tasks await, is made only when a follower arrives.
     """
 
-    __slots__ = ("_callbacks", "_event", "done", "error", "input_hash", "value")
+    __slots__ = ("_callbacks", "_event", "_ident", "done", "error", "input_hash", "owner", "value")
 
-    def __init__(self, input_hash: str) -> None:
+    def __init__(self, ident: tuple[int, str], input_hash: str, owner: object) -> None:
+        self._ident = ident
         self._event: threading.Event | None = None
-        self._callbacks: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
+        self._callbacks: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] | None = None
         self.done = False
         self.value: Any = None
         self.error: BaseException | None = None
         self.input_hash = input_hash
+        self.owner = owner
+        """Who is inside the leader's call, blocked until it lands: its thread's id (a
+        synchronous call) or its asyncio task; None while a stream waits for its consumer.
+        A caller of the key that is the owner would wait for itself."""
 
     def wait(self, timeout: float) -> bool:
         """Block until landed (True) or ``timeout`` passes (False)."""
@@ -51,6 +60,8 @@ class Flight:
         with flights.lock:
             if self.done:
                 return True
+            if self._callbacks is None:
+                self._callbacks = []
             self._callbacks.append((loop, future))
         try:
             await asyncio.wait_for(asyncio.shield(future), timeout)
@@ -80,30 +91,32 @@ class _Flights:
         self.lock = threading.Lock()
         self._flights = {}
 
-    def join(self, store: object, key: str, input_hash: str) -> tuple[Flight, bool]:
-        """(the flight of ``key``, whether this caller leads it)."""
+    def join(self, store: object, key: str, input_hash: str, owner: object) -> tuple[Flight, bool]:
+        """(the flight of ``key``, whether this caller leads it: then ``owner`` owns it)."""
         ident = (id(store), key)
         with self.lock:
             flight = self._flights.get(ident)
             if flight is not None:
                 return flight, False
-            flight = self._flights[ident] = Flight(input_hash)
+            flight = self._flights[ident] = Flight(ident, input_hash, owner)
             return flight, True
 
-    def land(
-        self, store: object, key: str, flight: Flight, value: Any = None, error: BaseException | None = None
-    ) -> None:
-        """Publish the leader's outcome and forget the flight (later callers ask the store)."""
+    def land(self, flight: Flight, value: Any = None, error: BaseException | None = None) -> None:
+        """Publish the leader's outcome and forget the flight (later callers ask the store).
+
+        Once landed, no follower waits on it any more: they find it done.
+        """
         with self.lock:
-            if self._flights.get((id(store), key)) is flight:
-                del self._flights[(id(store), key)]
+            ident = flight._ident
+            if self._flights.get(ident) is flight:  # not after a fork, which forgets every flight
+                del self._flights[ident]
             flight.value, flight.error, flight.done = value, error, True
             event, callbacks = flight._event, flight._callbacks
-            flight._callbacks = []
         if event is not None:
             event.set()
-        for loop, future in callbacks:
-            loop.call_soon_threadsafe(_settle, future)
+        if callbacks is not None:
+            for loop, future in callbacks:
+                loop.call_soon_threadsafe(_settle, future)
 
 
 flights = _Flights()
