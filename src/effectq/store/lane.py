@@ -151,8 +151,8 @@ class Lane:
         answered by loading the script and running it again before it is settled;
         a reply that cannot be read settles as the exception that stopped it.
         Returns False, having settled nothing, when the script could not be written
-        (the caller runs it the usual way; whatever was owed on that connection
-        is settled with the error).
+        (no connection could be had, or the write failed: the caller runs it the
+        usual way; whatever was owed on that connection is settled with the error).
         """
         frame = self._frame(sha, keys, args)
         local = self._local
@@ -161,7 +161,11 @@ class Lane:
             self.settle_owed()
             conn = None
         if conn is None:
-            conn, owed = self._take()[0], []
+            try:
+                conn = self._take()[0]
+            except Exception:  # the pool could not make one (maxclients, Redis down): nothing written
+                return False
+            owed = []
         else:
             owed = local.owed
         local.conn, local.owed = None, []  # until the write went out
@@ -289,10 +293,12 @@ class Lane:
     # -- connections ---------------------------------------------------------------------
 
     def _take(self) -> tuple[Any, bool]:
+        """An idle connection of the lane's (True), or one checked out of the pool (False)."""
         try:
             return self._idle.pop(), True
-        except IndexError:
-            return self._pool.get_connection(*self._pool_args), False
+        except IndexError:  # none idle (another thread may have taken the last one)
+            pass
+        return self._pool.get_connection(*self._pool_args), False
 
     def _give(self, conn: Any) -> None:
         if len(self._idle) < self._keep:
