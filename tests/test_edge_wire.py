@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,8 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 import effectq
+from effectq import events
+from effectq.heartbeat import heartbeat
 
 from . import servers
 
@@ -121,4 +124,46 @@ def test_a_completion_that_cannot_get_a_connection_is_written_in_the_background(
         store.close()
         onlooker.close()
         onlooker.client.close()
+        client.close()
+
+
+def test_a_connection_reset_while_it_owes_a_reply_is_not_reconnected_under_it(
+    redis_url: str, namespace: str, onlooker: effectq.RedisStore, caplog: Any
+) -> None:
+    """``pool.disconnect()`` (a client's close, an application's reset) while a posted completion's
+    reply is owed: the next claim goes out on a connection of its own and gets its own reply, at
+    once; the owed completion, whose reply is gone with the old socket, is written again in the
+    background."""
+    client = redis.Redis.from_url(redis_url, socket_timeout=3)
+    store = effectq.RedisStore(client, namespace=namespace)
+    seen: list[events.Event] = []
+    unsubscribe = events.subscribe(seen.append)
+    keys: list[str] = []
+
+    @effectq.effect(name="edge.reset.act")
+    def act(n: int) -> int:
+        keys.append(effectq.current_effect().key)
+        return n
+
+    try:
+        with (
+            caplog.at_level(logging.INFO, logger="effectq"),
+            effectq.run(f"reset-{uuid.uuid4().hex[:8]}", store=store),
+        ):
+            assert act(1) == 1
+            client.connection_pool.disconnect()
+            assert act(2) == 2
+    finally:
+        unsubscribe()
+    try:
+        assert [e.error for e in seen if e.kind is events.EventKind.STORE_ERROR] == []
+        assert [e.kind for e in seen if e.key == keys[1]] == [
+            events.EventKind.CLAIMED,
+            events.EventKind.EXECUTED,
+            events.EventKind.COMPLETED,
+        ]
+        _until(lambda: heartbeat.pending()[1] == 0, "the background write of the first completion")
+        assert all(_completed(onlooker, key) for key in keys)
+    finally:
+        store.close()
         client.close()

@@ -255,7 +255,7 @@ class AsyncLane:
         """
         conn, owed = owing
         try:
-            await self._write(conn, frame)
+            await self._write_behind(conn, frame)
             replies = [await self._read(conn) for _ in owed]
         except BaseException as exc:  # the connection broke: this frame's fate is unknown too
             _abandon(conn, owed, exc)
@@ -319,6 +319,16 @@ class AsyncLane:
         """Write ``frame`` and read one reply; an error reply is returned, not raised."""
         await self._write(conn, frame)
         return await self._read(conn)
+
+    async def _write_behind(self, conn: Any, frame: bytes) -> None:
+        """``frame`` written behind the posts whose replies ``conn`` owes: on its open transport or
+        nowhere. A connection closed since has lost those replies; opened again, the next reply
+        on it would be taken for theirs."""
+        writer = getattr(conn, "_writer", None)
+        if writer is None or writer.transport.is_closing():
+            where = getattr(conn, "path", None) or f"{conn.host}:{conn.port}"
+            raise self._connection_error(f"the connection to {where} was closed while it owed replies")
+        await self._write(conn, frame)
 
     async def _write(self, conn: Any, frame: bytes) -> None:
         """``frame`` handed to the connection's transport, in this task.

@@ -97,7 +97,8 @@ class Lane:
         self._connection_error = redis.ConnectionError
         self._heads: dict[tuple[bytes, int, int], bytes] = {}
         self._local = threading.local()
-        """Per thread: ``conn``, a connection owing replies to posts, and ``owed``, their settles."""
+        """Per thread: ``conn``, a connection owing replies to posts; ``owed``, their settles; and
+        ``sock``, the socket they were written on, the only one they can come on."""
         with _lanes_lock:
             _lanes.add(self)
 
@@ -157,27 +158,30 @@ class Lane:
         frame = self._frame(sha, keys, args)
         local = self._local
         conn = getattr(local, "conn", None)
-        if conn is not None and len(local.owed) >= _MAX_OWED:
-            self.settle_owed()
+        if conn is not None and (len(local.owed) >= _MAX_OWED or conn._sock is not local.sock):
+            self.settle_owed()  # a connection closed meanwhile settles its owed posts as failed
             conn = None
         if conn is None:
             try:
                 conn = self._take()[0]
             except Exception:  # the pool could not make one (maxclients, Redis down): nothing written
                 return False
-            owed = []
+            owed, sock = [], None
         else:
-            owed = local.owed
-        local.conn, local.owed = None, []  # until the write went out
+            owed, sock = local.owed, local.sock
+        local.conn, local.owed, local.sock = None, [], None  # until the write went out
         try:
-            self._write(conn, frame)
+            if owed:
+                self._write_behind(conn, frame, sock)
+            else:
+                self._write(conn, frame)
         except BaseException as exc:
             self._abandon(conn, owed, exc)
             if isinstance(exc, Exception):
                 return False
             raise
         owed.append((settle, frame, source))
-        local.conn, local.owed = conn, owed
+        local.conn, local.owed, local.sock = conn, owed, conn._sock
         lanes = getattr(_owing, "lanes", None)
         if lanes is None:
             _owing.lanes = [self]
@@ -191,9 +195,10 @@ class Lane:
         conn = getattr(local, "conn", None)
         if conn is None:
             return
-        owed, local.owed, local.conn = local.owed, [], None
+        owed, sock = local.owed, local.sock
+        local.conn, local.owed, local.sock = None, [], None
         try:
-            replies = [conn._parser.read_response() for _ in owed]
+            replies = self._read_owed(conn, sock, owed)
             self._rerun_unloaded(conn, owed, replies)
         except BaseException as exc:
             self._abandon(conn, owed, exc)
@@ -202,6 +207,18 @@ class Lane:
             raise
         self._give(conn)
         _settle_each(owed, replies)
+
+    def _read_owed(self, conn: Any, sock: Any, owed: _Owed) -> list[Any]:
+        """The replies ``conn`` owes, which only ``sock`` can bring: a connection closed since
+        (``pool.disconnect()``, a client's ``close()``), or opened again, has lost them."""
+        if conn._sock is not sock:
+            raise self._lost(conn)
+        return [conn._parser.read_response() for _ in owed]
+
+    def _lost(self, conn: Any) -> Exception:
+        return self._connection_error(
+            f"the connection to {conn.host}:{conn.port} was closed while it owed replies"
+        )
 
     def _abandon(self, conn: Any, owed: _Owed, exc: BaseException) -> None:
         """A connection that failed owing replies: dropped, and each owed post settled with ``exc``."""
@@ -261,11 +278,11 @@ class Lane:
         are settled once the connection is clean and back on the stack.
         """
         local = self._local
-        conn, owed = local.conn, local.owed
-        local.conn, local.owed = None, []
+        conn, owed, sock = local.conn, local.owed, local.sock
+        local.conn, local.owed, local.sock = None, [], None
         try:
-            self._write(conn, frame)
-            replies = [conn._parser.read_response() for _ in owed]
+            self._write_behind(conn, frame, sock)
+            replies = self._read_owed(conn, sock, owed)
         except BaseException as exc:  # the connection broke: this frame's fate is unknown too
             self._abandon(conn, owed, exc)
             if isinstance(exc, self._timeout) or not (retry and isinstance(exc, self._errors)):
@@ -313,7 +330,16 @@ class Lane:
         finally:
             self._pool.release(conn)
 
+    def _write_behind(self, conn: Any, frame: bytes, sock: Any) -> None:
+        """``frame`` written behind the posts whose replies ``conn`` owes on ``sock``: there or
+        nowhere. A connection closed since has lost those replies; opened again, the next reply
+        on it would be taken for theirs."""
+        if conn._sock is not sock:
+            raise self._lost(conn)
+        self._write(conn, frame)
+
     def _write(self, conn: Any, frame: bytes) -> None:
+        """``frame`` written on ``conn``, connected first if it is not (it owes nothing)."""
         sock = conn._sock
         if sock is None:
             conn.connect()
