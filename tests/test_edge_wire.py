@@ -12,6 +12,7 @@ landed; and a forked child never inherits a lock another thread held.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
@@ -167,3 +168,73 @@ def test_a_connection_reset_while_it_owes_a_reply_is_not_reconnected_under_it(
     finally:
         store.close()
         client.close()
+
+
+def test_after_a_flushed_script_cache_the_scripts_still_run_in_the_order_they_were_sent(
+    redis_store: effectq.RedisStore, redis_client: redis.Redis
+) -> None:
+    """Redis restarted (its script cache empty): the first claim loads claim.lua, the completion
+    posted after it meets NOSCRIPT, and the next call of the same key writes its claim behind it.
+    That claim must see the effect completed (it replays), not in flight."""
+    calls: list[int] = []
+
+    @effectq.effect(name="edge.flush.charge", wait=0)
+    def charge(cents: int) -> str:
+        calls.append(cents)
+        return f"charged {cents}"
+
+    redis_client.script_flush()
+    with effectq.run(f"flush-{uuid.uuid4().hex[:8]}", store=redis_store):
+        assert charge(250) == "charged 250"
+        assert charge(250) == "charged 250"
+    assert calls == [250]
+    assert heartbeat.pending()[1] == 0
+
+
+def test_after_a_flushed_script_cache_an_async_run_keeps_the_order_too(
+    redis_store: effectq.RedisStore, redis_client: redis.Redis
+) -> None:
+    """The same on the async lane: the second call of the key, in the same task, replays."""
+    assert redis_store._async_lane is not None  # the path under test
+    calls: list[int] = []
+
+    @effectq.effect(name="edge.flush.acharge", wait=0)
+    async def charge(cents: int) -> str:
+        calls.append(cents)
+        return f"charged {cents}"
+
+    async def main() -> None:
+        async with effectq.run(f"aflush-{uuid.uuid4().hex[:8]}", store=redis_store):
+            assert await charge(250) == "charged 250"
+            assert await charge(250) == "charged 250"
+
+    redis_client.script_flush()
+    asyncio.run(main())
+    assert calls == [250]
+    assert heartbeat.pending()[1] == 0
+
+
+@pytest.mark.parametrize("retry", [True, False], ids=["may-run-twice", "runs-once"])
+def test_a_script_sent_after_posts_sees_what_they_wrote_after_a_flush(
+    redis_client: redis.Redis, namespace: str, retry: bool
+) -> None:
+    """Posts meet NOSCRIPT; the script sent next on the lane was loaded already. It sees what the
+    posts wrote: run again after them if it may run twice, else sent only once they are read."""
+    from effectq.store.lane import Lane
+
+    counter = f"{namespace}:counter"
+    bump = "return redis.call('INCR', KEYS[1])"
+    peek = "return redis.call('GET', KEYS[1])"
+    lane = Lane(redis_client.connection_pool)
+    settled: list[Any] = []
+    try:
+        redis_client.script_flush()
+        peek_sha = redis_client.script_load(peek)
+        bump_sha = redis_client.register_script(bump).sha  # not loaded: the posts meet NOSCRIPT
+        assert lane.post(bump_sha, bump, [counter], [], settled.append)
+        assert lane.post(bump_sha, bump, [counter], [], settled.append)
+        assert lane.evalsha(peek_sha, peek, [counter], [], retry=retry) == b"2"
+        assert settled == [1, 2]
+    finally:
+        lane.close()
+        redis_client.delete(counter)

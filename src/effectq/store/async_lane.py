@@ -170,7 +170,9 @@ class AsyncLane:
         frame = self._lane._frame(sha, keys, args)
         owing = _owed_by_this_task(self)
         if owing is not None:
-            return await self._exchange_behind(owing, frame, source, retry)
+            if retry:
+                return await self._exchange_behind(owing, frame, source, retry)
+            await self._settle(owing)  # one that may not run twice is not written behind posts
         return await self._exchange(frame, source, retry)
 
     async def _exchange(self, frame: bytes, source: str | bytes, retry: bool) -> Any:
@@ -251,7 +253,9 @@ class AsyncLane:
         """A script on the connection that owes this task replies: written behind them.
 
         The owed replies are read first (they come first), then this one; the owed
-        are settled once the connection is clean and back on the stack.
+        are settled once the connection is clean and back on the stack. After a post
+        that met NOSCRIPT, the posts from there on run again, then this script (it ran
+        before them): only a script that may run twice is written here.
         """
         conn, owed = owing
         try:
@@ -264,8 +268,8 @@ class AsyncLane:
             return await self._exchange(frame, source, retry)  # as on a dead reused connection
         try:
             reply = await self._read(conn)
-            for i, (_, sent, script) in enumerate(owed):
-                replies[i] = await self._loaded(conn, replies[i], sent, script)
+            if await self._rerun_unloaded(conn, owed, replies) and not isinstance(reply, self._noscript):
+                reply = await self._send(conn, frame)  # after them, this time
             reply = await self._loaded(conn, reply, frame, source)
         except BaseException as exc:  # the owed replies in hand stand; a NOSCRIPT one never ran
             _abandon(conn, [], exc)
@@ -282,8 +286,7 @@ class AsyncLane:
         conn, owed = owing
         try:
             replies = [await self._read(conn) for _ in owed]
-            for i, (_, sent, script) in enumerate(owed):
-                replies[i] = await self._loaded(conn, replies[i], sent, script)
+            await self._rerun_unloaded(conn, owed, replies)
         except BaseException as exc:
             _abandon(conn, owed, exc)
             if isinstance(exc, Exception):
@@ -291,6 +294,19 @@ class AsyncLane:
             raise
         await self._give(conn)
         _settle_each(owed, replies)
+
+    async def _rerun_unloaded(self, conn: Any, owed: _Owed, replies: list[Any]) -> bool:
+        """From the first post that met NOSCRIPT on, every post run again in order, the script
+        loaded (as :meth:`Lane._rerun_unloaded`); returns whether any was."""
+        first = next((i for i, reply in enumerate(replies) if isinstance(reply, self._noscript)), None)
+        if first is None:
+            return False
+        for i in range(first, len(owed)):
+            _, sent, script = owed[i]
+            if not isinstance(replies[i], self._noscript):
+                replies[i] = await self._send(conn, sent)
+            replies[i] = await self._loaded(conn, replies[i], sent, script)
+        return True
 
     async def _loaded(self, conn: Any, reply: Any, frame: bytes, source: str | bytes) -> Any:
         """``reply``; or, if NOSCRIPT (a flushed script cache), the reply once the script is

@@ -225,15 +225,27 @@ class Lane:
         self._drop(conn)
         _settle_all(owed, exc)
 
-    def _rerun_unloaded(self, conn: Any, owed: _Owed, replies: list[Any]) -> None:
-        """Posts that met NOSCRIPT (a flushed script cache): load the script, run them again."""
-        for i, reply in enumerate(replies):
+    def _rerun_unloaded(self, conn: Any, owed: _Owed, replies: list[Any]) -> bool:
+        """Posts that met NOSCRIPT (a flushed script cache, a Redis restart): the script loaded, and
+        from the first such post on, every post run again in the order they were sent, since those
+        behind it ran before it did. Returns whether any was: the script written behind them ran
+        before them too. (A post is a script that may run twice: a completion with its token.)"""
+        first = next((i for i, reply in enumerate(replies) if isinstance(reply, self._noscript)), None)
+        if first is None:
+            return False
+        for i in range(first, len(owed)):
             _, frame, source = owed[i]
-            replies[i] = self._loaded(conn, reply, frame, source, pair=False)
+            if not isinstance(replies[i], self._noscript):
+                replies[i] = self._send(conn, frame)
+            replies[i] = self._loaded(conn, replies[i], frame, source, pair=False)
+        return True
+
+    def _unloaded(self, answer: Any, pair: bool) -> bool:
+        return isinstance(answer[0] if pair else answer, self._noscript)
 
     def _loaded(self, conn: Any, answer: Any, frame: bytes, source: str | bytes, *, pair: bool) -> Any:
         """``answer``; or, if NOSCRIPT, the answer once the script is loaded and ``frame`` sent again."""
-        if not isinstance(answer[0] if pair else answer, self._noscript):
+        if not self._unloaded(answer, pair):
             return answer
         self._send(conn, _command(b"SCRIPT", b"LOAD", source))
         return (self._send_pair if pair else self._send)(conn, frame)
@@ -243,7 +255,9 @@ class Lane:
         send = self._send_pair if pair else self._send
         local = self._local
         if getattr(local, "conn", None) is not None:
-            return self._exchange_behind(frame, source, retry, pair)
+            if retry:
+                return self._exchange_behind(frame, source, retry, pair)
+            self.settle_owed()  # one that may not run twice is not written behind posts (see there)
         conn, reused = self._take()
         try:
             answer = send(conn, frame)
@@ -275,7 +289,10 @@ class Lane:
         """An exchange on the connection that owes this thread replies: written behind them, in one go.
 
         The owed replies are read first (they come first), then this one; the owed
-        are settled once the connection is clean and back on the stack.
+        are settled once the connection is clean and back on the stack. A post that
+        met NOSCRIPT ran after this script did: the posts from there on run again,
+        then this script, so that it sees what they wrote. Hence only a script that
+        may run twice (``retry``) is written here.
         """
         local = self._local
         conn, owed, sock = local.conn, local.owed, local.sock
@@ -290,7 +307,8 @@ class Lane:
             return self._exchange(frame, source, retry, pair=pair)  # as on a dead reused connection
         try:
             answer = self._read_pair(conn) if pair else conn._parser.read_response()
-            self._rerun_unloaded(conn, owed, replies)
+            if self._rerun_unloaded(conn, owed, replies) and not self._unloaded(answer, pair):
+                answer = (self._send_pair if pair else self._send)(conn, frame)  # after them, this time
             answer = self._loaded(conn, answer, frame, source, pair=pair)
         except BaseException as exc:  # the owed replies in hand stand; a NOSCRIPT one never ran
             self._drop(conn)
