@@ -238,3 +238,57 @@ def test_a_script_sent_after_posts_sees_what_they_wrote_after_a_flush(
     finally:
         lane.close()
         redis_client.delete(counter)
+
+
+def test_a_refused_connection_leaves_nothing_to_take_back(namespace: str, caplog: Any) -> None:
+    """No Redis listening: every claim is refused at connect, so nothing reached Redis. The call
+    raises StoreError, and no background release of a claim that cannot exist is queued (nor
+    reported as never landed, with advice to resolve a record that is not there)."""
+    store = effectq.RedisStore.from_url(
+        f"redis://{servers.HOST}:{servers.free_port()}/0", namespace=namespace
+    )
+
+    @effectq.effect(name="edge.refused.act")
+    def act() -> str:
+        raise AssertionError("never runs")
+
+    try:
+        with (
+            caplog.at_level(logging.INFO, logger="effectq"),
+            pytest.raises(effectq.StoreError, match="Connection refused"),
+            effectq.run("refused", store=store),
+        ):
+            act()
+        assert heartbeat.pending()[1] == 0
+    finally:
+        store.close()
+    assert not [r.getMessage() for r in caplog.records if r.name == "effectq.repair"]
+
+
+def test_a_refused_connection_leaves_nothing_to_take_back_in_an_async_run(
+    namespace: str, caplog: Any
+) -> None:
+    """The same for an async effect, whose claims go out on the async lane."""
+    store = effectq.RedisStore.from_url(
+        f"redis://{servers.HOST}:{servers.free_port()}/0", namespace=namespace
+    )
+    assert store._async_lane is not None  # the path under test
+
+    @effectq.effect(name="edge.refused.aact")
+    async def act() -> str:
+        raise AssertionError("never runs")
+
+    async def main() -> None:
+        async with effectq.run("arefused", store=store):
+            await act()
+
+    try:
+        with (
+            caplog.at_level(logging.INFO, logger="effectq"),
+            pytest.raises(effectq.StoreError, match="refused"),
+        ):
+            asyncio.run(main())
+        assert heartbeat.pending()[1] == 0
+    finally:
+        store.close()
+    assert not [r.getMessage() for r in caplog.records if r.name == "effectq.repair"]

@@ -28,7 +28,7 @@ import weakref
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
-from .lane import _MAX_OWED, Lane, Settle, _command, _Owed, _settle_all, _settle_each
+from .lane import _MAX_OWED, Lane, Settle, _command, _Owed, _settle_all, _settle_each, _unsent, sent
 
 __all__ = ["AsyncLane", "async_lane_for", "settle_owed_async"]
 
@@ -171,12 +171,12 @@ class AsyncLane:
         owing = _owed_by_this_task(self)
         if owing is not None:
             if retry:
-                return await self._exchange_behind(owing, frame, source, retry)
+                return await self._exchange_behind(owing, frame, source)
             await self._settle(owing)  # one that may not run twice is not written behind posts
         return await self._exchange(frame, source, retry)
 
     async def _exchange(self, frame: bytes, source: str | bytes, retry: bool) -> Any:
-        conn, reused = await self._take()
+        conn, reused = await self._opened()
         try:
             reply = await self._send(conn, frame)
         except self._timeout:
@@ -249,7 +249,7 @@ class AsyncLane:
         owed.append((settle, frame, source))
         return True
 
-    async def _exchange_behind(self, owing: _Owing, frame: bytes, source: str | bytes, retry: bool) -> Any:
+    async def _exchange_behind(self, owing: _Owing, frame: bytes, source: str | bytes) -> Any:
         """A script on the connection that owes this task replies: written behind them.
 
         The owed replies are read first (they come first), then this one; the owed
@@ -263,9 +263,15 @@ class AsyncLane:
             replies = [await self._read(conn) for _ in owed]
         except BaseException as exc:  # the connection broke: this frame's fate is unknown too
             _abandon(conn, owed, exc)
-            if isinstance(exc, self._timeout) or not (retry and isinstance(exc, self._errors)):
+            if not sent(exc):  # closed before it was written: sent as if nothing were owed
+                return await self._exchange(frame, source, True)
+            if isinstance(exc, self._timeout) or not isinstance(exc, self._errors):
                 raise
-            return await self._exchange(frame, source, retry)  # as on a dead reused connection
+            try:
+                return await self._exchange(frame, source, True)  # as on a dead reused connection
+            except BaseException as again:
+                _unsent(again, False)  # whatever stopped it this time, the first try may have landed
+                raise
         try:
             reply = await self._read(conn)
             if await self._rerun_unloaded(conn, owed, replies) and not isinstance(reply, self._noscript):
@@ -343,7 +349,9 @@ class AsyncLane:
         writer = getattr(conn, "_writer", None)
         if writer is None or writer.transport.is_closing():
             where = getattr(conn, "path", None) or f"{conn.host}:{conn.port}"
-            raise self._connection_error(f"the connection to {where} was closed while it owed replies")
+            raise _unsent(
+                self._connection_error(f"the connection to {where} was closed while it owed replies")
+            )
         await self._write(conn, frame)
 
     async def _write(self, conn: Any, frame: bytes) -> None:
@@ -373,6 +381,18 @@ class AsyncLane:
             await self._drop(conn)
             where = getattr(conn, "path", None) or f"{conn.host}:{conn.port}"
             raise self._connection_error(f"Error writing to {where}: {exc}") from exc
+
+    async def _opened(self) -> tuple[Any, bool]:
+        """:meth:`_take`, connected: a failure here means nothing was sent (see :func:`.lane.sent`)."""
+        conn, reused = await self._take()
+        if getattr(conn, "_writer", None) is None:
+            try:
+                await conn.connect()
+            except Exception as exc:
+                await self._drop(conn)
+                _unsent(exc)
+                raise
+        return conn, reused
 
     async def _take(self) -> tuple[Any, bool]:
         idle = await self._stack()

@@ -23,6 +23,7 @@ connection belongs to that thread alone.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -30,7 +31,7 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
-__all__ = ["Lane", "lane_for"]
+__all__ = ["Lane", "lane_for", "sent"]
 
 _pack_command: Callable[[tuple[Any, ...]], bytes] | None
 try:  # hiredis frames a command in C: about half the time of the Python below
@@ -60,6 +61,23 @@ def _forget_all() -> None:  # a forked child must not write on, or read from, it
         lane._idle = []
         lane._local = threading.local()
     _owing = threading.local()
+
+
+_UNSENT = "_effectq_unsent"
+"""Set on an exception that stopped a script before any of it was written."""
+
+
+def sent(exc: BaseException) -> bool:
+    """Whether the script that failed with ``exc`` may have reached Redis. False only when the
+    lane knows nothing of it was written (no connection could be had or opened, or the one that
+    owed replies was closed): Redis cannot have run it."""
+    return getattr(exc, _UNSENT, False) is not True
+
+
+def _unsent(exc: BaseException, unsent: bool = True) -> BaseException:
+    with contextlib.suppress(AttributeError):  # an exception type without a __dict__
+        setattr(exc, _UNSENT, unsent)
+    return exc
 
 
 def settle_owed_replies() -> None:
@@ -215,9 +233,12 @@ class Lane:
             raise self._lost(conn)
         return [conn._parser.read_response() for _ in owed]
 
-    def _lost(self, conn: Any) -> Exception:
-        return self._connection_error(
-            f"the connection to {conn.host}:{conn.port} was closed while it owed replies"
+    def _lost(self, conn: Any) -> BaseException:
+        """What a connection closed while it owed replies raises, before anything is written on it."""
+        return _unsent(
+            self._connection_error(
+                f"the connection to {conn.host}:{conn.port} was closed while it owed replies"
+            )
         )
 
     def _abandon(self, conn: Any, owed: _Owed, exc: BaseException) -> None:
@@ -256,9 +277,9 @@ class Lane:
         local = self._local
         if getattr(local, "conn", None) is not None:
             if retry:
-                return self._exchange_behind(frame, source, retry, pair)
+                return self._exchange_behind(frame, source, pair)
             self.settle_owed()  # one that may not run twice is not written behind posts (see there)
-        conn, reused = self._take()
+        conn, reused = self._opened()
         try:
             answer = send(conn, frame)
         except self._timeout:
@@ -285,14 +306,15 @@ class Lane:
         self._give(conn)
         return answer
 
-    def _exchange_behind(self, frame: bytes, source: str | bytes, retry: bool, pair: bool) -> Any:
+    def _exchange_behind(self, frame: bytes, source: str | bytes, pair: bool) -> Any:
         """An exchange on the connection that owes this thread replies: written behind them, in one go.
 
         The owed replies are read first (they come first), then this one; the owed
         are settled once the connection is clean and back on the stack. A post that
         met NOSCRIPT ran after this script did: the posts from there on run again,
         then this script, so that it sees what they wrote. Hence only a script that
-        may run twice (``retry``) is written here.
+        may run twice (``retry``) is written here; and, its connection broken, it is
+        sent again on another.
         """
         local = self._local
         conn, owed, sock = local.conn, local.owed, local.sock
@@ -302,9 +324,15 @@ class Lane:
             replies = self._read_owed(conn, sock, owed)
         except BaseException as exc:  # the connection broke: this frame's fate is unknown too
             self._abandon(conn, owed, exc)
-            if isinstance(exc, self._timeout) or not (retry and isinstance(exc, self._errors)):
+            if not sent(exc):  # closed before it was written: sent as if nothing were owed
+                return self._exchange(frame, source, True, pair=pair)
+            if isinstance(exc, self._timeout) or not isinstance(exc, self._errors):
                 raise
-            return self._exchange(frame, source, retry, pair=pair)  # as on a dead reused connection
+            try:
+                return self._exchange(frame, source, True, pair=pair)  # as on a dead reused connection
+            except BaseException as again:
+                _unsent(again, False)  # whatever stopped it this time, the first try may have landed
+                raise
         try:
             answer = self._read_pair(conn) if pair else conn._parser.read_response()
             if self._rerun_unloaded(conn, owed, replies) and not self._unloaded(answer, pair):
@@ -326,6 +354,20 @@ class Lane:
             self._pool.release(conn)
 
     # -- connections ---------------------------------------------------------------------
+
+    def _opened(self) -> tuple[Any, bool]:
+        """:meth:`_take`, connected: a failure here means nothing was sent (see :func:`sent`)."""
+        conn, reused = None, False
+        try:
+            conn, reused = self._take()
+            if conn._sock is None:  # closed while idle (``pool.disconnect()``)
+                conn.connect()
+        except Exception as exc:
+            if conn is not None:
+                self._drop(conn)
+            _unsent(exc)
+            raise
+        return conn, reused
 
     def _take(self) -> tuple[Any, bool]:
         """An idle connection of the lane's (True), or one checked out of the pool (False)."""
