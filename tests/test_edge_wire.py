@@ -13,7 +13,10 @@ landed; and a forked child never inherits a lock another thread held.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import os
+import signal
 import threading
 import time
 import uuid
@@ -292,3 +295,80 @@ def test_a_refused_connection_leaves_nothing_to_take_back_in_an_async_run(
     finally:
         store.close()
     assert not [r.getMessage() for r in caplog.records if r.name == "effectq.repair"]
+
+
+def _forked(child: Callable[[], bool]) -> int:
+    """Run ``child`` in a forked child; its exit code (0: it returned True), or -9 if it hung."""
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        code = 1
+        try:
+            code = 0 if child() else 2
+        finally:
+            os._exit(code)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status)
+        time.sleep(0.05)
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    return -9
+
+
+@contextlib.contextmanager
+def _held(lock: Any) -> Iterator[None]:
+    """``lock`` held by another thread for as long as the block runs."""
+    taken, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with lock:
+            taken.set()
+            release.wait(60)
+
+    thread = threading.Thread(target=hold, daemon=True)
+    thread.start()
+    assert taken.wait(10)
+    try:
+        yield
+    finally:
+        release.set()
+        thread.join(10)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_child_forked_while_another_thread_makes_a_store_can_make_one(
+    redis_url: str, namespace: str
+) -> None:
+    """A prefork worker forks its children whenever it likes: one forked while another thread of
+    the parent was making a store (its lane registering itself) makes stores and runs effects."""
+    from effectq.store import lane
+
+    @effectq.effect(name="edge.fork.lane")
+    def act(n: int) -> int:
+        return n
+
+    def child() -> bool:
+        store = effectq.RedisStore.from_url(redis_url, namespace=namespace)
+        with effectq.run(f"fork-{uuid.uuid4().hex[:8]}", store=store):
+            return act(3) == 3
+
+    with _held(lane._lanes_lock):
+        assert _forked(child) == 0
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_child_forked_while_another_thread_subscribes_can_wait_on_records(
+    redis_store: effectq.RedisStore,
+) -> None:
+    """Forked while another thread held the notification listener's lock (it does while it
+    subscribes, a round trip): the child watches records of the store it inherited."""
+
+    def child() -> bool:
+        unsubscribe = redis_store.watch("some-key", lambda: None)
+        unsubscribe()
+        return True
+
+    with _held(redis_store._notifier._lock):
+        assert _forked(child) == 0

@@ -56,7 +56,8 @@ _MAX_OWED = 64
 
 
 def _forget_all() -> None:  # a forked child must not write on, or read from, its parent's sockets
-    global _owing
+    global _lanes_lock, _owing
+    _lanes_lock = threading.Lock()  # another thread of the parent may have held it: it is gone
     for lane in list(_lanes):
         lane._idle = []
         lane._local = threading.local()
