@@ -28,7 +28,7 @@ import weakref
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
-from .lane import _MAX_OWED, Lane, Settle, _command, _Owed, _settle_all, _settle_each, _unsent, sent
+from .lane import _MAX_OWED, Lane, Settle, _command, _Owed, _settle_all, _settle_each, _unsent
 
 __all__ = ["AsyncLane", "async_lane_for", "settle_owed_async"]
 
@@ -258,13 +258,14 @@ class AsyncLane:
         before them): only a script that may run twice is written here.
         """
         conn, owed = owing
+        if _closed(conn):  # closed meanwhile: its replies are lost; this goes elsewhere
+            _abandon(conn, owed, self._lost(conn))
+            return await self._exchange(frame, source, True)
         try:
             await self._write_behind(conn, frame)
             replies = [await self._read(conn) for _ in owed]
         except BaseException as exc:  # the connection broke: this frame's fate is unknown too
             _abandon(conn, owed, exc)
-            if not sent(exc):  # closed before it was written: sent as if nothing were owed
-                return await self._exchange(frame, source, True)
             if isinstance(exc, self._timeout) or not isinstance(exc, self._errors):
                 raise
             try:
@@ -346,13 +347,14 @@ class AsyncLane:
         """``frame`` written behind the posts whose replies ``conn`` owes: on its open transport or
         nowhere. A connection closed since has lost those replies; opened again, the next reply
         on it would be taken for theirs."""
-        writer = getattr(conn, "_writer", None)
-        if writer is None or writer.transport.is_closing():
-            where = getattr(conn, "path", None) or f"{conn.host}:{conn.port}"
-            raise _unsent(
-                self._connection_error(f"the connection to {where} was closed while it owed replies")
-            )
+        if _closed(conn):
+            raise self._lost(conn)
         await self._write(conn, frame)
+
+    def _lost(self, conn: Any) -> Exception:
+        """What a connection closed while it owed replies raises (and settles them with)."""
+        where = getattr(conn, "path", None) or f"{conn.host}:{conn.port}"
+        return self._connection_error(f"the connection to {where} was closed while it owed replies")
 
     async def _write(self, conn: Any, frame: bytes) -> None:
         """``frame`` handed to the connection's transport, in this task.
@@ -494,6 +496,11 @@ def _owed_by_this_task(lane: AsyncLane) -> _Owing | None:
     if not mine:
         del owing[task]
     return held
+
+
+def _closed(conn: Any) -> bool:
+    writer = getattr(conn, "_writer", None)
+    return writer is None or bool(writer.transport.is_closing())
 
 
 def _abandon(conn: Any, owed: _Owed, exc: BaseException) -> None:

@@ -70,8 +70,8 @@ _UNSENT = "_effectq_unsent"
 
 def sent(exc: BaseException) -> bool:
     """Whether the script that failed with ``exc`` may have reached Redis. False only when the
-    lane knows nothing of it was written (no connection could be had or opened, or the one that
-    owed replies was closed): Redis cannot have run it."""
+    lane knows nothing of it was written (no connection could be had or opened): Redis cannot
+    have run it."""
     return getattr(exc, _UNSENT, False) is not True
 
 
@@ -234,12 +234,10 @@ class Lane:
             raise self._lost(conn)
         return [conn._parser.read_response() for _ in owed]
 
-    def _lost(self, conn: Any) -> BaseException:
-        """What a connection closed while it owed replies raises, before anything is written on it."""
-        return _unsent(
-            self._connection_error(
-                f"the connection to {conn.host}:{conn.port} was closed while it owed replies"
-            )
+    def _lost(self, conn: Any) -> Exception:
+        """What a connection closed while it owed replies raises (and settles them with)."""
+        return self._connection_error(
+            f"the connection to {conn.host}:{conn.port} was closed while it owed replies"
         )
 
     def _abandon(self, conn: Any, owed: _Owed, exc: BaseException) -> None:
@@ -320,13 +318,14 @@ class Lane:
         local = self._local
         conn, owed, sock = local.conn, local.owed, local.sock
         local.conn, local.owed, local.sock = None, [], None
+        if conn._sock is not sock:  # closed meanwhile: its replies are lost; this goes elsewhere
+            self._abandon(conn, owed, self._lost(conn))
+            return self._exchange(frame, source, True, pair=pair)
         try:
             self._write_behind(conn, frame, sock)
             replies = self._read_owed(conn, sock, owed)
         except BaseException as exc:  # the connection broke: this frame's fate is unknown too
             self._abandon(conn, owed, exc)
-            if not sent(exc):  # closed before it was written: sent as if nothing were owed
-                return self._exchange(frame, source, True, pair=pair)
             if isinstance(exc, self._timeout) or not isinstance(exc, self._errors):
                 raise
             try:
