@@ -294,10 +294,11 @@ def _claim(call: Call, first: First | None = None) -> Generator[Op, Any, tuple[C
     When every try fails, or the wait for its reply is interrupted (a cancelled task,
     a time limit), the claim may still have landed: nothing ran under it, so the
     heartbeat keeps trying to take it back and release it, rather than leave a
-    dispatched record to turn into a false unknown. ``first``: the first try, made
-    already.
+    dispatched record to turn into a false unknown; unless no try was sent at all (a
+    connection refused): then no claim can exist. ``first``: the first try, made already.
     """
     store, key = call.store, call.key
+    unanswered = False  # whether a failed try may have reached the store
     for pause in CLAIM_RETRIES:
         taken, first = first, None
         started = time.time_ns() if taken is None else taken.started
@@ -308,9 +309,11 @@ def _claim(call: Call, first: First | None = None) -> Generator[Op, Any, tuple[C
         except ClaimNotReplicatedError as exc:
             yield from _give_back(call, exc)
             raise
-        except StoreError:
+        except StoreError as exc:
+            unanswered = unanswered or exc.sent
             if pause is None:
-                _take_back_later(call, "unanswered")
+                if unanswered:
+                    _take_back_later(call, "unanswered")
                 raise
             yield SleepOp(pause)
             continue

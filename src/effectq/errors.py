@@ -141,7 +141,15 @@ class ReentrantEffectError(EffectqError):
 
 
 class StoreError(EffectqError):
-    """The store failed or could not be reached. Not claimed means not run."""
+    """The store failed or could not be reached. Not claimed means not run.
+
+    Attributes:
+        sent: whether the request may have reached the store. False only when
+            nothing of it was sent (a connection refused at connect, say): it
+            cannot have been carried out.
+    """
+
+    sent: bool = True
 
 
 class CorruptRecordError(StoreError):

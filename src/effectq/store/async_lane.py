@@ -28,7 +28,7 @@ import weakref
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
-from .lane import _MAX_OWED, Lane, Settle, _command, _Owed, _settle_all, _settle_each
+from .lane import _MAX_OWED, Lane, Settle, _command, _Owed, _settle_all, _settle_each, _unsent
 
 __all__ = ["AsyncLane", "async_lane_for", "settle_owed_async"]
 
@@ -170,11 +170,13 @@ class AsyncLane:
         frame = self._lane._frame(sha, keys, args)
         owing = _owed_by_this_task(self)
         if owing is not None:
-            return await self._exchange_behind(owing, frame, source, retry)
+            if retry:
+                return await self._exchange_behind(owing, frame, source)
+            await self._settle(owing)  # one that may not run twice is not written behind posts
         return await self._exchange(frame, source, retry)
 
     async def _exchange(self, frame: bytes, source: str | bytes, retry: bool) -> Any:
-        conn, reused = await self._take()
+        conn, reused = await self._opened()
         try:
             reply = await self._send(conn, frame)
         except self._timeout:
@@ -247,25 +249,34 @@ class AsyncLane:
         owed.append((settle, frame, source))
         return True
 
-    async def _exchange_behind(self, owing: _Owing, frame: bytes, source: str | bytes, retry: bool) -> Any:
+    async def _exchange_behind(self, owing: _Owing, frame: bytes, source: str | bytes) -> Any:
         """A script on the connection that owes this task replies: written behind them.
 
         The owed replies are read first (they come first), then this one; the owed
-        are settled once the connection is clean and back on the stack.
+        are settled once the connection is clean and back on the stack. After a post
+        that met NOSCRIPT, the posts from there on run again, then this script (it ran
+        before them): only a script that may run twice is written here.
         """
         conn, owed = owing
+        if _closed(conn):  # closed meanwhile: its replies are lost; this goes elsewhere
+            _abandon(conn, owed, self._lost(conn))
+            return await self._exchange(frame, source, True)
         try:
-            await self._write(conn, frame)
+            await self._write_behind(conn, frame)
             replies = [await self._read(conn) for _ in owed]
         except BaseException as exc:  # the connection broke: this frame's fate is unknown too
             _abandon(conn, owed, exc)
-            if isinstance(exc, self._timeout) or not (retry and isinstance(exc, self._errors)):
+            if isinstance(exc, self._timeout) or not isinstance(exc, self._errors):
                 raise
-            return await self._exchange(frame, source, retry)  # as on a dead reused connection
+            try:
+                return await self._exchange(frame, source, True)  # as on a dead reused connection
+            except BaseException as again:
+                _unsent(again, False)  # whatever stopped it this time, the first try may have landed
+                raise
         try:
             reply = await self._read(conn)
-            for i, (_, sent, script) in enumerate(owed):
-                replies[i] = await self._loaded(conn, replies[i], sent, script)
+            if await self._rerun_unloaded(conn, owed, replies) and not isinstance(reply, self._noscript):
+                reply = await self._send(conn, frame)  # after them, this time
             reply = await self._loaded(conn, reply, frame, source)
         except BaseException as exc:  # the owed replies in hand stand; a NOSCRIPT one never ran
             _abandon(conn, [], exc)
@@ -282,8 +293,7 @@ class AsyncLane:
         conn, owed = owing
         try:
             replies = [await self._read(conn) for _ in owed]
-            for i, (_, sent, script) in enumerate(owed):
-                replies[i] = await self._loaded(conn, replies[i], sent, script)
+            await self._rerun_unloaded(conn, owed, replies)
         except BaseException as exc:
             _abandon(conn, owed, exc)
             if isinstance(exc, Exception):
@@ -291,6 +301,19 @@ class AsyncLane:
             raise
         await self._give(conn)
         _settle_each(owed, replies)
+
+    async def _rerun_unloaded(self, conn: Any, owed: _Owed, replies: list[Any]) -> bool:
+        """From the first post that met NOSCRIPT on, every post run again in order, the script
+        loaded (as :meth:`Lane._rerun_unloaded`); returns whether any was."""
+        first = next((i for i, reply in enumerate(replies) if isinstance(reply, self._noscript)), None)
+        if first is None:
+            return False
+        for i in range(first, len(owed)):
+            _, sent, script = owed[i]
+            if not isinstance(replies[i], self._noscript):
+                replies[i] = await self._send(conn, sent)
+            replies[i] = await self._loaded(conn, replies[i], sent, script)
+        return True
 
     async def _loaded(self, conn: Any, reply: Any, frame: bytes, source: str | bytes) -> Any:
         """``reply``; or, if NOSCRIPT (a flushed script cache), the reply once the script is
@@ -320,6 +343,19 @@ class AsyncLane:
         await self._write(conn, frame)
         return await self._read(conn)
 
+    async def _write_behind(self, conn: Any, frame: bytes) -> None:
+        """``frame`` written behind the posts whose replies ``conn`` owes: on its open transport or
+        nowhere. A connection closed since has lost those replies; opened again, the next reply
+        on it would be taken for theirs."""
+        if _closed(conn):
+            raise self._lost(conn)
+        await self._write(conn, frame)
+
+    def _lost(self, conn: Any) -> Exception:
+        """What a connection closed while it owed replies raises (and settles them with)."""
+        where = getattr(conn, "path", None) or f"{conn.host}:{conn.port}"
+        return self._connection_error(f"the connection to {where} was closed while it owed replies")
+
     async def _write(self, conn: Any, frame: bytes) -> None:
         """``frame`` handed to the connection's transport, in this task.
 
@@ -347,6 +383,18 @@ class AsyncLane:
             await self._drop(conn)
             where = getattr(conn, "path", None) or f"{conn.host}:{conn.port}"
             raise self._connection_error(f"Error writing to {where}: {exc}") from exc
+
+    async def _opened(self) -> tuple[Any, bool]:
+        """:meth:`_take`, connected: a failure here means nothing was sent (see :func:`.lane.sent`)."""
+        conn, reused = await self._take()
+        if getattr(conn, "_writer", None) is None:
+            try:
+                await conn.connect()
+            except Exception as exc:
+                await self._drop(conn)
+                _unsent(exc)
+                raise
+        return conn, reused
 
     async def _take(self) -> tuple[Any, bool]:
         idle = await self._stack()
@@ -448,6 +496,11 @@ def _owed_by_this_task(lane: AsyncLane) -> _Owing | None:
     if not mine:
         del owing[task]
     return held
+
+
+def _closed(conn: Any) -> bool:
+    writer = getattr(conn, "_writer", None)
+    return writer is None or bool(writer.transport.is_closing())
 
 
 def _abandon(conn: Any, owed: _Owed, exc: BaseException) -> None:

@@ -23,6 +23,7 @@ connection belongs to that thread alone.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -30,10 +31,10 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
-__all__ = ["Lane", "lane_for"]
+__all__ = ["Lane", "lane_for", "sent"]
 
 _pack_command: Callable[[tuple[Any, ...]], bytes] | None
-try:  # hiredis frames a command in C: some 3 µs less per script call than the Python below
+try:  # hiredis frames a command in C: about half the time of the Python below
     from hiredis import pack_command as _pack_command
 except ImportError:  # pragma: no cover - hiredis is optional; so is pack_command (hiredis >= 2.1)
     _pack_command = None
@@ -55,11 +56,29 @@ _MAX_OWED = 64
 
 
 def _forget_all() -> None:  # a forked child must not write on, or read from, its parent's sockets
-    global _owing
+    global _lanes_lock, _owing
+    _lanes_lock = threading.Lock()  # another thread of the parent may have held it: it is gone
     for lane in list(_lanes):
         lane._idle = []
         lane._local = threading.local()
     _owing = threading.local()
+
+
+_UNSENT = "_effectq_unsent"
+"""Set on an exception that stopped a script before any of it was written."""
+
+
+def sent(exc: BaseException) -> bool:
+    """Whether the script that failed with ``exc`` may have reached Redis. False only when the
+    lane knows nothing of it was written (no connection could be had or opened): Redis cannot
+    have run it."""
+    return getattr(exc, _UNSENT, False) is not True
+
+
+def _unsent(exc: BaseException, unsent: bool = True) -> BaseException:
+    with contextlib.suppress(AttributeError):  # an exception type without a __dict__
+        setattr(exc, _UNSENT, unsent)
+    return exc
 
 
 def settle_owed_replies() -> None:
@@ -97,7 +116,8 @@ class Lane:
         self._connection_error = redis.ConnectionError
         self._heads: dict[tuple[bytes, int, int], bytes] = {}
         self._local = threading.local()
-        """Per thread: ``conn``, a connection owing replies to posts, and ``owed``, their settles."""
+        """Per thread: ``conn``, a connection owing replies to posts; ``owed``, their settles; and
+        ``sock``, the socket they were written on, the only one they can come on."""
         with _lanes_lock:
             _lanes.add(self)
 
@@ -151,29 +171,36 @@ class Lane:
         answered by loading the script and running it again before it is settled;
         a reply that cannot be read settles as the exception that stopped it.
         Returns False, having settled nothing, when the script could not be written
-        (the caller runs it the usual way; whatever was owed on that connection
-        is settled with the error).
+        (no connection could be had, or the write failed: the caller runs it the
+        usual way; whatever was owed on that connection is settled with the error).
         """
         frame = self._frame(sha, keys, args)
         local = self._local
         conn = getattr(local, "conn", None)
-        if conn is not None and len(local.owed) >= _MAX_OWED:
-            self.settle_owed()
+        if conn is not None and (len(local.owed) >= _MAX_OWED or conn._sock is not local.sock):
+            self.settle_owed()  # a connection closed meanwhile settles its owed posts as failed
             conn = None
         if conn is None:
-            conn, owed = self._take()[0], []
+            try:
+                conn = self._take()[0]
+            except Exception:  # the pool could not make one (maxclients, Redis down): nothing written
+                return False
+            owed, sock = [], None
         else:
-            owed = local.owed
-        local.conn, local.owed = None, []  # until the write went out
+            owed, sock = local.owed, local.sock
+        local.conn, local.owed, local.sock = None, [], None  # until the write went out
         try:
-            self._write(conn, frame)
+            if owed:
+                self._write_behind(conn, frame, sock)
+            else:
+                self._write(conn, frame)
         except BaseException as exc:
             self._abandon(conn, owed, exc)
             if isinstance(exc, Exception):
                 return False
             raise
         owed.append((settle, frame, source))
-        local.conn, local.owed = conn, owed
+        local.conn, local.owed, local.sock = conn, owed, conn._sock
         lanes = getattr(_owing, "lanes", None)
         if lanes is None:
             _owing.lanes = [self]
@@ -187,9 +214,10 @@ class Lane:
         conn = getattr(local, "conn", None)
         if conn is None:
             return
-        owed, local.owed, local.conn = local.owed, [], None
+        owed, sock = local.owed, local.sock
+        local.conn, local.owed, local.sock = None, [], None
         try:
-            replies = [conn._parser.read_response() for _ in owed]
+            replies = self._read_owed(conn, sock, owed)
             self._rerun_unloaded(conn, owed, replies)
         except BaseException as exc:
             self._abandon(conn, owed, exc)
@@ -199,20 +227,45 @@ class Lane:
         self._give(conn)
         _settle_each(owed, replies)
 
+    def _read_owed(self, conn: Any, sock: Any, owed: _Owed) -> list[Any]:
+        """The replies ``conn`` owes, which only ``sock`` can bring: a connection closed since
+        (``pool.disconnect()``, a client's ``close()``), or opened again, has lost them."""
+        if conn._sock is not sock:
+            raise self._lost(conn)
+        return [conn._parser.read_response() for _ in owed]
+
+    def _lost(self, conn: Any) -> Exception:
+        """What a connection closed while it owed replies raises (and settles them with)."""
+        return self._connection_error(
+            f"the connection to {conn.host}:{conn.port} was closed while it owed replies"
+        )
+
     def _abandon(self, conn: Any, owed: _Owed, exc: BaseException) -> None:
         """A connection that failed owing replies: dropped, and each owed post settled with ``exc``."""
         self._drop(conn)
         _settle_all(owed, exc)
 
-    def _rerun_unloaded(self, conn: Any, owed: _Owed, replies: list[Any]) -> None:
-        """Posts that met NOSCRIPT (a flushed script cache): load the script, run them again."""
-        for i, reply in enumerate(replies):
+    def _rerun_unloaded(self, conn: Any, owed: _Owed, replies: list[Any]) -> bool:
+        """Posts that met NOSCRIPT (a flushed script cache, a Redis restart): the script loaded, and
+        from the first such post on, every post run again in the order they were sent, since those
+        behind it ran before it did. Returns whether any was: the script written behind them ran
+        before them too. (A post is a script that may run twice: a completion with its token.)"""
+        first = next((i for i, reply in enumerate(replies) if isinstance(reply, self._noscript)), None)
+        if first is None:
+            return False
+        for i in range(first, len(owed)):
             _, frame, source = owed[i]
-            replies[i] = self._loaded(conn, reply, frame, source, pair=False)
+            if not isinstance(replies[i], self._noscript):
+                replies[i] = self._send(conn, frame)
+            replies[i] = self._loaded(conn, replies[i], frame, source, pair=False)
+        return True
+
+    def _unloaded(self, answer: Any, pair: bool) -> bool:
+        return isinstance(answer[0] if pair else answer, self._noscript)
 
     def _loaded(self, conn: Any, answer: Any, frame: bytes, source: str | bytes, *, pair: bool) -> Any:
         """``answer``; or, if NOSCRIPT, the answer once the script is loaded and ``frame`` sent again."""
-        if not isinstance(answer[0] if pair else answer, self._noscript):
+        if not self._unloaded(answer, pair):
             return answer
         self._send(conn, _command(b"SCRIPT", b"LOAD", source))
         return (self._send_pair if pair else self._send)(conn, frame)
@@ -222,8 +275,10 @@ class Lane:
         send = self._send_pair if pair else self._send
         local = self._local
         if getattr(local, "conn", None) is not None:
-            return self._exchange_behind(frame, source, retry, pair)
-        conn, reused = self._take()
+            if retry:
+                return self._exchange_behind(frame, source, pair)
+            self.settle_owed()  # one that may not run twice is not written behind posts (see there)
+        conn, reused = self._opened()
         try:
             answer = send(conn, frame)
         except self._timeout:
@@ -250,26 +305,38 @@ class Lane:
         self._give(conn)
         return answer
 
-    def _exchange_behind(self, frame: bytes, source: str | bytes, retry: bool, pair: bool) -> Any:
+    def _exchange_behind(self, frame: bytes, source: str | bytes, pair: bool) -> Any:
         """An exchange on the connection that owes this thread replies: written behind them, in one go.
 
         The owed replies are read first (they come first), then this one; the owed
-        are settled once the connection is clean and back on the stack.
+        are settled once the connection is clean and back on the stack. A post that
+        met NOSCRIPT ran after this script did: the posts from there on run again,
+        then this script, so that it sees what they wrote. Hence only a script that
+        may run twice (``retry``) is written here; and, its connection broken, it is
+        sent again on another.
         """
         local = self._local
-        conn, owed = local.conn, local.owed
-        local.conn, local.owed = None, []
+        conn, owed, sock = local.conn, local.owed, local.sock
+        local.conn, local.owed, local.sock = None, [], None
+        if conn._sock is not sock:  # closed meanwhile: its replies are lost; this goes elsewhere
+            self._abandon(conn, owed, self._lost(conn))
+            return self._exchange(frame, source, True, pair=pair)
         try:
-            self._write(conn, frame)
-            replies = [conn._parser.read_response() for _ in owed]
+            self._write_behind(conn, frame, sock)
+            replies = self._read_owed(conn, sock, owed)
         except BaseException as exc:  # the connection broke: this frame's fate is unknown too
             self._abandon(conn, owed, exc)
-            if isinstance(exc, self._timeout) or not (retry and isinstance(exc, self._errors)):
+            if isinstance(exc, self._timeout) or not isinstance(exc, self._errors):
                 raise
-            return self._exchange(frame, source, retry, pair=pair)  # as on a dead reused connection
+            try:
+                return self._exchange(frame, source, True, pair=pair)  # as on a dead reused connection
+            except BaseException as again:
+                _unsent(again, False)  # whatever stopped it this time, the first try may have landed
+                raise
         try:
             answer = self._read_pair(conn) if pair else conn._parser.read_response()
-            self._rerun_unloaded(conn, owed, replies)
+            if self._rerun_unloaded(conn, owed, replies) and not self._unloaded(answer, pair):
+                answer = (self._send_pair if pair else self._send)(conn, frame)  # after them, this time
             answer = self._loaded(conn, answer, frame, source, pair=pair)
         except BaseException as exc:  # the owed replies in hand stand; a NOSCRIPT one never ran
             self._drop(conn)
@@ -288,11 +355,27 @@ class Lane:
 
     # -- connections ---------------------------------------------------------------------
 
+    def _opened(self) -> tuple[Any, bool]:
+        """:meth:`_take`, connected: a failure here means nothing was sent (see :func:`sent`)."""
+        conn, reused = None, False
+        try:
+            conn, reused = self._take()
+            if conn._sock is None:  # closed while idle (``pool.disconnect()``)
+                conn.connect()
+        except Exception as exc:
+            if conn is not None:
+                self._drop(conn)
+            _unsent(exc)
+            raise
+        return conn, reused
+
     def _take(self) -> tuple[Any, bool]:
+        """An idle connection of the lane's (True), or one checked out of the pool (False)."""
         try:
             return self._idle.pop(), True
-        except IndexError:
-            return self._pool.get_connection(*self._pool_args), False
+        except IndexError:  # none idle (another thread may have taken the last one)
+            pass
+        return self._pool.get_connection(*self._pool_args), False
 
     def _give(self, conn: Any) -> None:
         if len(self._idle) < self._keep:
@@ -307,7 +390,16 @@ class Lane:
         finally:
             self._pool.release(conn)
 
+    def _write_behind(self, conn: Any, frame: bytes, sock: Any) -> None:
+        """``frame`` written behind the posts whose replies ``conn`` owes on ``sock``: there or
+        nowhere. A connection closed since has lost those replies; opened again, the next reply
+        on it would be taken for theirs."""
+        if conn._sock is not sock:
+            raise self._lost(conn)
+        self._write(conn, frame)
+
     def _write(self, conn: Any, frame: bytes) -> None:
+        """``frame`` written on ``conn``, connected first if it is not (it owes nothing)."""
         sock = conn._sock
         if sock is None:
             conn.connect()
@@ -335,12 +427,25 @@ class Lane:
     # -- framing -------------------------------------------------------------------------
 
     def _frame(self, sha: str, keys: Sequence[Any], args: Sequence[Any]) -> bytes:
-        if _pack_command is not None:
-            try:
-                return _pack_command(("EVALSHA", sha, len(keys), *keys, *args))
-            except TypeError:
-                pass  # a type hiredis does not take (bytearray); framed below, or refused there
-        return self._frame_python(sha, keys, args)
+        """The ``EVALSHA`` command's bytes, framed by hiredis when it is installed.
+
+        hiredis is handed text and bytes alone: it turns an int or a float into text by
+        calling back into Python (``repr``), which runs pending signal handlers and
+        does not check the exception one may raise (a worker's time limit): the process
+        would die of a segmentation fault. The rest is converted here, in Python, where
+        such an exception is raised as usual.
+        """
+        if _pack_command is None:
+            return self._frame_python(sha, keys, args)
+        parts: list[str | bytes] = ["EVALSHA", sha, str(len(keys))]
+        for value in (*keys, *args):
+            kind = type(value)
+            if kind is int:
+                value = str(value)
+            elif kind is not str and kind is not bytes:
+                value = _data(value)
+            parts.append(value)
+        return _pack_command(tuple(parts))
 
     def _frame_python(self, sha: str, keys: Sequence[Any], args: Sequence[Any]) -> bytes:
         nkeys, nargs = len(keys), len(args)
@@ -377,15 +482,23 @@ def _bulk(value: Any) -> bytes:
         data = value
     elif kind is int:
         data = b"%d" % value
-    elif isinstance(value, bytes | bytearray | memoryview):
-        data = bytes(value)
-    elif isinstance(value, int) and not isinstance(value, bool):
-        data = b"%d" % value
-    elif kind is float:
-        data = repr(value).encode()  # as redis-py and hiredis send a float
     else:
-        raise TypeError(f"a script argument must be str, bytes, int or float, not {kind.__name__}")
+        data = _data(value)
     return b"$%d\r\n%b\r\n" % (len(data), data)
+
+
+def _data(value: Any) -> bytes:
+    """A script argument's bytes, as redis-py and hiredis send it."""
+    kind = type(value)
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value)
+    if isinstance(value, str):
+        return str.encode(value)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return b"%d" % value
+    if kind is float:
+        return repr(value).encode()
+    raise TypeError(f"a script argument must be str, bytes, int or float, not {kind.__name__}")
 
 
 def _command(*parts: str | bytes) -> bytes:

@@ -29,6 +29,7 @@ import logging
 import os
 import threading
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -42,6 +43,21 @@ _LISTEN_TIMEOUT = 0.5
 _RETRY_PAUSE = 0.5
 _DATA = ("message", "smessage")
 _MOVED = "a slot moved"
+
+_notifiers: weakref.WeakSet[Notifier] = weakref.WeakSet()
+_notifiers_lock = threading.Lock()
+
+
+def _unlock_all() -> None:
+    """In a forked child: every notifier's lock made anew. The thread of the parent that held one
+    (subscribing, a round trip) is not in the child, and would never release it."""
+    global _notifiers_lock
+    _notifiers_lock = threading.Lock()
+    for notifier in list(_notifiers):
+        notifier._lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_unlock_all)
 
 
 class Notifier:
@@ -64,6 +80,8 @@ class Notifier:
         self._pid = os.getpid()
         self._closed = False
         self._retry_at = 0.0  # after a failed subscribe, watchers skip trying until then
+        with _notifiers_lock:
+            _notifiers.add(self)
 
     def watch(self, record_key: str, callback: Callable[[], None]) -> Callable[[], None]:
         """Call ``callback`` when ``record_key`` is published; returns the unsubscribe function.

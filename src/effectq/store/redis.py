@@ -42,7 +42,7 @@ from ..options import Duration, is_time_limit, seconds
 from .async_lane import AsyncLane, async_lane_for
 from .base import Claim, ClaimKind, ClaimRequest, Record, ResultState, Status, Unsubscribe
 from .cluster import check_cluster, cluster_from_url, is_cluster, is_cluster_url
-from .lane import lane_for
+from .lane import lane_for, sent
 from .notify import Notifier
 from .redis_ops import RedisOperations
 from .redis_replies import STATUS, decode_claim, decode_read, packed_claim, text, when
@@ -337,10 +337,14 @@ class RedisStore(RedisOperations):
         raise self._failure(op, key, exc) from exc
 
     def _failure(self, op: str, key: str, exc: BaseException) -> StoreError:
+        """The one place a failed call's exception becomes effectq's, which says whether the
+        request may have reached Redis (only the lane knows when nothing was sent)."""
         text = str(exc)
         if "WRONGTYPE" in text:
             return CorruptRecordError(key, f"the Redis key holds another type: {text}")
-        return StoreError(f"effectq {op} failed on Redis for key {key!r}: {type(exc).__name__}: {text}")
+        failure = StoreError(f"effectq {op} failed on Redis for key {key!r}: {type(exc).__name__}: {text}")
+        failure.sent = sent(exc)
+        return failure
 
     # -- primitives ---------------------------------------------------------------------
 

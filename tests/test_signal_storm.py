@@ -1,0 +1,140 @@
+"""An exception raised from a signal handler while effectq frames a script cannot crash the process.
+
+A worker's time limit (Celery's soft time limit, a ``SIGALRM`` handler of one's
+own) raises an exception from a signal handler, between any two bytecodes of
+whatever runs. Inside C code that calls back into Python without checking for
+that exception (hiredis' ``pack_command`` turning an int into text did), the
+process dies with SIGSEGV instead of raising. Each test storms effectq's framing
+of the scripts every effect sends with such exceptions, in a child process, and
+asserts the child exits normally.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from effectq.store.lane import _pack_command
+
+pytestmark = pytest.mark.skipif(not hasattr(signal, "setitimer"), reason="needs signal.setitimer")
+
+STORM = """
+import random, signal, sys, time
+
+import effectq
+from effectq.store.base import ClaimRequest, ResultState
+
+
+class Interrupted(Exception):
+    pass
+
+
+def storm(call, seed, landed_at_least, deadline):
+    \"\"\"Call ``call`` over and over while SIGALRM, set to fire every 10-200 us, raises into it;
+    until that many exceptions landed (or the deadline passed). Returns (calls, exceptions).\"\"\"
+    rng = random.Random(seed)
+    armed = [False]
+
+    def interrupt(signum, frame):
+        if armed[0]:
+            raise Interrupted
+
+    signal.signal(signal.SIGALRM, interrupt)
+    calls = landed = 0
+    give_up = time.monotonic() + deadline
+    while landed < landed_at_least and time.monotonic() < give_up:
+        try:
+            armed[0] = True
+            signal.setitimer(signal.ITIMER_REAL, rng.uniform(10e-6, 200e-6))
+            while True:
+                call()
+                calls += 1
+        except Interrupted:
+            armed[0] = False  # first: nothing in an except clause checks for signals before it
+            landed += 1
+    armed[0] = False
+    signal.setitimer(signal.ITIMER_REAL, 0)
+    return calls, landed
+
+
+store = effectq.RedisStore.from_url(sys.argv[1], namespace="storm")  # connects to nothing
+lane = store._lane
+key = "run-1:storm.charge:" + "ab" * 32
+layout, claim_args = store._claim_args(
+    key,
+    ClaimRequest(lease_ms=60_000, owner="h:1:1", name="storm.charge", run_id="run-1", input_hash="ef" * 32),
+)
+complete_keys, complete_args = store._complete_args(key, 17, b"charged 250", ResultState.STORED, 604_800_000)
+claim_sha, complete_sha = store._scripts["claim"].sha, store._scripts["complete"].sha
+
+
+def frame():
+    lane._frame(claim_sha, layout.script_keys, claim_args)
+    lane._frame(complete_sha, complete_keys, complete_args)
+
+
+calls, landed = storm(frame, int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]))
+print(calls, landed, flush=True)
+"""
+
+LANDED = 3000
+"""Exceptions raised into the framing per run: handing hiredis ints, the child died within the first five."""
+
+
+def _storm(seed: int) -> subprocess.CompletedProcess[str]:
+    """The storm in a child process; a child still running after two minutes is killed."""
+    program = textwrap.dedent(STORM)
+    url = "redis://127.0.0.1:1/0"  # never connected to: only the framing runs
+    command = [sys.executable, "-c", program, url, str(seed), str(LANDED), "60"]
+    return subprocess.run(command, capture_output=True, text=True, timeout=120, env={**os.environ})
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("timing", ["fixed", "random"])
+def test_exceptions_raised_into_the_framing_of_scripts_never_crash_the_process(timing: str) -> None:
+    """Claim and complete frames, built as the store builds them, under a storm of exceptions
+    raised from a SIGALRM handler: the child raises and carries on each time, and exits normally.
+    The storm's timing comes from a seed: a fixed one, and a random one (said on failure)."""
+    seed = 20240522 if timing == "fixed" else random.randrange(2**32)
+    done = _storm(seed)
+    assert done.returncode == 0, (
+        f"the storm (seed {seed}) ended the child with {done.returncode} "
+        f"({'signal ' + signal.Signals(-done.returncode).name if done.returncode < 0 else 'an error'}):"
+        f"\n{done.stderr[-2000:]}"
+    )
+    calls, landed = (int(n) for n in done.stdout.split())
+    assert landed == LANDED, f"seed {seed}: only {landed} exceptions landed in {calls} calls"
+
+
+@pytest.mark.skipif(_pack_command is None, reason="hiredis is not installed")
+def test_the_framing_hands_hiredis_nothing_it_converts_by_calling_python() -> None:
+    """hiredis turns an int or a float into text by calling back into Python, without checking
+    the exception a signal handler may raise there; the lane hands it text and bytes alone, and
+    the frame is the same bytes as before."""
+    seen: list[tuple[object, ...]] = []
+    from effectq.store import lane as lane_module
+
+    def spy(command: tuple[object, ...]) -> bytes:
+        seen.append(command)
+        assert _pack_command is not None
+        return _pack_command(command)
+
+    lane = lane_module.Lane.__new__(lane_module.Lane)
+    lane._heads = {}
+    original = lane_module._pack_command
+    lane_module._pack_command = spy
+    try:
+        sha = "a" * 40
+        keys = ["k1", "k2"]
+        args = [60_000, "owner", b"\x00bytes", 2**70, -1, 1.5, bytearray(b"ba"), memoryview(b"mv")]
+        frame = lane._frame(sha, keys, args)
+    finally:
+        lane_module._pack_command = original
+    assert frame == lane._frame_python(sha, keys, args)
+    assert seen and all(type(part) in (str, bytes) for command in seen for part in command)
