@@ -78,6 +78,7 @@ class Server:
             directory.mkdir(parents=True, exist_ok=True)
             command = [
                 "redis-server",
+                *self._head(directory),
                 "--port",
                 str(self.port),
                 "--bind",
@@ -113,6 +114,10 @@ class Server:
             if self.process.poll() is None:
                 return self
         raise RuntimeError(f"redis-server would not start; see {self.directory}")
+
+    def _head(self, directory: Path) -> list[str]:
+        """What goes between ``redis-server`` and its options: nothing, for a plain server."""
+        return []
 
     @property
     def address(self) -> str:
@@ -376,4 +381,117 @@ def primary_with_replica(*, relay: bool = True) -> Iterator[Pair]:
             stop_all([replica, primary])
 
 
-__all__ = ["Cluster", "Link", "Pair", "Server", "cluster", "free_port", "primary_with_replica", "wait_until"]
+SERVICE = "svc"
+"""The name the sentinels of :func:`sentinel_group` monitor the primary by."""
+
+
+class SentinelServer(Server):
+    """A ``redis-server --sentinel`` monitoring one primary, from a ``sentinel.conf`` of its own."""
+
+    def __init__(self, directory: Path, primary_port: int, *, failover_timeout_ms: int) -> None:
+        super().__init__(directory)
+        self.primary_port = primary_port
+        self.failover_timeout_ms = failover_timeout_ms
+
+    def _head(self, directory: Path) -> list[str]:
+        conf = directory / "sentinel.conf"  # Sentinel rewrites it: one per sentinel
+        conf.write_text(
+            f"sentinel monitor {SERVICE} {HOST} {self.primary_port} 2\n"
+            f"sentinel down-after-milliseconds {SERVICE} 1000\n"
+            f"sentinel failover-timeout {SERVICE} {self.failover_timeout_ms}\n"
+        )
+        return [str(conf), "--sentinel"]
+
+
+class SentinelGroup:
+    """A primary, one replica of it (through a holdable :class:`Link` if asked) and three
+    sentinels with a quorum of two."""
+
+    def __init__(self, pair: Pair, sentinels: list[SentinelServer], directory: Path) -> None:
+        self.pair = pair
+        self.sentinels = sentinels
+        self.directory = directory
+        self.extra: list[Server] = []
+
+    @property
+    def url(self) -> str:
+        """The sentinels as a ``redis+sentinel://`` URL, for the monitored service."""
+        return "redis+sentinel://" + ",".join(s.address for s in self.sentinels) + f"/{SERVICE}"
+
+    def primary_ports(self) -> set[int]:
+        """The primary's port as every sentinel that answers has it."""
+        ports = set()
+        for sentinel in self.sentinels:
+            with contextlib.suppress(redis.RedisError):
+                ports.add(int(sentinel.client().sentinel_get_master_addr_by_name(SERVICE)[1]))
+        return ports
+
+    def ready(self) -> bool:
+        """Every sentinel knows the other two, a healthy primary and a replica that is in sync."""
+        for sentinel in self.sentinels:
+            state = sentinel.client().sentinel_master(SERVICE)
+            if not state["is_master"] or state["is_sdown"] or state["is_odown"]:
+                return False
+            if state["num-other-sentinels"] != len(self.sentinels) - 1 or state["num-slaves"] < 1:
+                return False
+        return self.pair.in_sync()
+
+    def add_replica(self, primary: Server) -> Server:
+        """A new server replicating ``primary`` directly, once it is in sync and the sentinels
+        count it among the primary's healthy replicas."""
+        replica = Server(self.directory)
+        self.extra.append(replica)
+        replica.start()
+        replica.client().execute_command("REPLICAOF", HOST, primary.port)
+
+        def seen() -> bool:
+            link = replica.client().info("replication").get("master_link_status") == "up"
+            return link and all(
+                any(
+                    r["port"] == replica.port and not r["is_sdown"]
+                    for r in s.client().sentinel_slaves(SERVICE)
+                )
+                for s in self.sentinels
+            )
+
+        wait_until(seen, "the new replica to sync and the sentinels to see it")
+        return replica
+
+
+@contextlib.contextmanager
+def sentinel_group(*, relay: bool = False, failover_timeout_ms: int = 5000) -> Iterator[SentinelGroup]:
+    """A running :class:`SentinelGroup` on free ports, every process stopped afterwards.
+
+    ``failover_timeout_ms`` is also how long Sentinel lets a replica replicate through
+    another address than the primary's (the relay) before it points the replica at the
+    primary itself: a test that holds the relay needs it longer than the test.
+    """
+    with primary_with_replica(relay=relay) as pair:
+        group = SentinelGroup(pair, [], pair.primary.directory)
+        try:
+            for _ in range(3):
+                sentinel = SentinelServer(
+                    group.directory, pair.primary.port, failover_timeout_ms=failover_timeout_ms
+                )
+                group.sentinels.append(sentinel)
+                sentinel.start()
+            wait_until(group.ready, "the sentinels to find each other and the replica", timeout=60)
+            yield group
+        finally:
+            stop_all([*group.sentinels, *group.extra])
+
+
+__all__ = [
+    "SERVICE",
+    "Cluster",
+    "Link",
+    "Pair",
+    "SentinelGroup",
+    "SentinelServer",
+    "Server",
+    "cluster",
+    "free_port",
+    "primary_with_replica",
+    "sentinel_group",
+    "wait_until",
+]

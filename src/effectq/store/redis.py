@@ -47,6 +47,7 @@ from .notify import Notifier
 from .redis_ops import RedisOperations
 from .redis_replies import STATUS, decode_claim, decode_read, packed_claim, text, when
 from .replicas import run_and_wait
+from .sentinel import is_sentinel_url, sentinel_from_url, sentinel_lane_for
 
 if TYPE_CHECKING:
     import redis as _redis
@@ -120,7 +121,7 @@ class RedisStore(RedisOperations):
         self._publish = "s" if self._sharded else ""
         self._sources = {name: _lua(name) for name in _SCRIPTS}
         self._scripts = {name: client.register_script(source) for name, source in self._sources.items()}
-        self._lane = lane_for(client)
+        self._lane = lane_for(client) or sentinel_lane_for(client)
         self._async_lane = None if self._wait_replicas else async_lane_for(client, self._lane)
         self._twins: dict[str, Callable[..., Any]] | None = None
         if self._async_lane is not None:  # a subclass's own claim or complete keeps its thread
@@ -155,14 +156,21 @@ class RedisStore(RedisOperations):
         replica_timeout: Duration = 1.0,
         **kwargs: Any,
     ) -> RedisStore:
-        """Build a store from a ``redis://``, ``rediss://`` or ``unix://`` URL, or a cluster URL.
+        """Build a store from a ``redis://``, ``rediss://`` or ``unix://`` URL, or a cluster or
+        Sentinel URL.
 
         ``redis+cluster://[user:password@]host:port[,host:port...][?option=value]``
         (``rediss+cluster://`` for TLS) connects to Redis Cluster: the hosts are
-        seed nodes, the client finds the others. Socket timeouts default to 5
+        seed nodes, the client finds the others.
+        ``redis+sentinel://[user:password@]host:port[,host:port...]/service[/db][?option=value]``
+        (``rediss+sentinel://`` for TLS) connects to the primary the sentinels at the
+        hosts name for ``service``, and follows a failover; ``sentinel_password``
+        (a query option or keyword) is the sentinels' own (see
+        :mod:`effectq.store.sentinel`). Socket timeouts default to 5
         seconds, so a Redis that stops answering becomes a
-        :class:`~effectq.errors.StoreError` instead of a hang. Other keyword
-        arguments go to ``redis.Redis.from_url`` (or ``redis.cluster.RedisCluster``).
+        :class:`~effectq.errors.StoreError` instead of a hang (the sentinels get
+        them too). Other keyword arguments go to ``redis.Redis.from_url`` (or
+        ``redis.cluster.RedisCluster``, or the Sentinel primary's connections).
         """
         redis = _import_redis()
         options = {**_DEFAULT_TIMEOUTS, **kwargs}
@@ -172,9 +180,12 @@ class RedisStore(RedisOperations):
                 f"replica_timeout ({wait}s) must be below socket_timeout ({options['socket_timeout']}s), "
                 f"or the socket gives up before WAIT answers"
             )
-        client = (
-            cluster_from_url(url, **options) if is_cluster_url(url) else redis.Redis.from_url(url, **options)
-        )
+        if is_cluster_url(url):
+            client = cluster_from_url(url, **options)
+        elif is_sentinel_url(url):
+            client = sentinel_from_url(url, **options)
+        else:
+            client = redis.Redis.from_url(url, **options)
         return cls(
             client,
             namespace=namespace,
