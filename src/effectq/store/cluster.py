@@ -51,7 +51,7 @@ def seed_nodes(url: str) -> tuple[str, list[tuple[str, int]]]:
     credentials, _, hosts = parts.netloc.rpartition("@")
     seeds: list[tuple[str, int]] = []
     for item in filter(None, hosts.split(",")):
-        host, port = _host_port(item, url)
+        host, port = host_port(item, url)
         seeds.append((host, port))
     if not seeds:
         raise ConfigurationError(f"a Redis Cluster URL needs at least one host:port: {url!r}")
@@ -60,19 +60,18 @@ def seed_nodes(url: str) -> tuple[str, list[tuple[str, int]]]:
     return urlunsplit((scheme, netloc, parts.path, parts.query, "")), seeds
 
 
-def _host_port(item: str, url: str) -> tuple[str, int]:
+def host_port(item: str, url: str, *, default: int = 6379, kind: str = "Redis Cluster") -> tuple[str, int]:
+    """``host[:port]`` or ``[IPv6][:port]`` of a multi-host URL (``kind`` names it in errors)."""
     if item.startswith("["):  # [IPv6]:port
         host, _, rest = item[1:].partition("]")
         port_text = rest.removeprefix(":")
     else:
         host, _, port_text = item.partition(":")
-    try:
-        port = int(port_text) if port_text else 6379
-    except ValueError:
-        raise ConfigurationError(f"bad port {port_text!r} in Redis Cluster URL {url!r}") from None
+    if port_text and not port_text.isdigit():
+        raise ConfigurationError(f"bad port {port_text!r} in {kind} URL {url!r}")
     if not host:
-        raise ConfigurationError(f"empty host in Redis Cluster URL {url!r}")
-    return host, port
+        raise ConfigurationError(f"empty host in {kind} URL {url!r}")
+    return host, int(port_text) if port_text else default
 
 
 def cluster_from_url(url: str, **kwargs: Any) -> Any:

@@ -33,6 +33,7 @@ from typing import Any
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 from ..errors import ConfigurationError
+from .cluster import host_port
 from .lane import Lane
 
 __all__ = ["SentinelLane", "is_sentinel_url", "sentinel_from_url", "sentinel_lane_for", "split_sentinel_url"]
@@ -64,7 +65,9 @@ def split_sentinel_url(url: str) -> tuple[list[tuple[str, int]], str, str]:
     if scheme is None:
         raise ConfigurationError(f"not a Redis Sentinel URL (redis+sentinel://...): {url!r}")
     credentials, _, hosts = parts.netloc.rpartition("@")
-    sentinels = [_host_port(item, url) for item in hosts.split(",") if item]
+    sentinels = [
+        host_port(item, url, default=_PORT, kind="Redis Sentinel") for item in hosts.split(",") if item
+    ]
     if not sentinels:
         raise ConfigurationError(f"a Redis Sentinel URL needs at least one sentinel host:port: {url!r}")
     segments = [unquote(s) for s in parts.path.split("/") if s]
@@ -77,17 +80,6 @@ def split_sentinel_url(url: str) -> tuple[list[tuple[str, int]], str, str]:
     netloc = f"{credentials}@{first}" if credentials else first
     path = f"/{db[0]}" if db else ""
     return sentinels, service, urlunsplit((scheme, netloc, path, parts.query, ""))
-
-
-def _host_port(item: str, url: str) -> tuple[str, int]:
-    if item.startswith("["):  # [IPv6]:port
-        host, _, rest = item[1:].partition("]")
-        port_text = rest.removeprefix(":")
-    else:
-        host, _, port_text = item.partition(":")
-    if not host or not (port_text.isdigit() or not port_text):
-        raise ConfigurationError(f"bad sentinel {item!r} in Redis Sentinel URL {url!r}")
-    return host, int(port_text) if port_text else _PORT
 
 
 def sentinel_from_url(url: str, **kwargs: Any) -> Any:
