@@ -1,0 +1,110 @@
+"""What an install promises: a plain ``pip install effectq``, the extras, and a light import."""
+
+from __future__ import annotations
+
+import configparser
+import json
+import re
+import subprocess
+import sys
+import tomllib
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+BLOCKER = """
+import sys
+
+class _Missing:
+    '''Imports of these modules fail as they do where the package is not installed.'''
+
+    def __init__(self, names):
+        self.names = set(names)
+
+    def find_spec(self, name, path=None, target=None):
+        if any(name == n or name.startswith(n + '.') for n in self.names):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+
+sys.meta_path.insert(0, _Missing(sys.argv[1].split(',')))
+del sys.argv[1]
+"""
+
+
+def run_without(missing: str, code: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """Run ``code`` in a fresh interpreter where the modules ``missing`` (comma-separated) are absent."""
+    return subprocess.run(
+        [sys.executable, "-c", BLOCKER + code, missing, *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+CLI = "import sys\nfrom effectq.cli import main\nsys.exit(main(sys.argv[1:]))\n"
+
+
+def loaded_after(code: str) -> set[str]:
+    """The modules a fresh interpreter holds after running ``code``."""
+    out = subprocess.run(
+        [sys.executable, "-c", f"{code}\nimport sys, json\nprint(json.dumps(sorted(sys.modules)))"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    return set(json.loads(out.stdout.splitlines()[-1]))
+
+
+# -- the package's metadata ----------------------------------------------------------------
+
+
+def test_tox_and_classifiers_name_the_same_pythons() -> None:
+    """Every Python of the classifiers has its tox env, and the other way round."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    classified = {
+        c.rsplit(" ", 1)[1] for c in project["classifiers"] if re.fullmatch(r".*Python :: 3\.\d+", c)
+    }
+    tox = configparser.ConfigParser()
+    tox.read(ROOT / "tox.ini")
+    envs = {e.strip() for e in tox["tox"]["env_list"].split(",")}
+    assert classified == {"3.11", "3.12", "3.13"}
+    assert {f"py3{v.split('.')[1]}" for v in classified} <= envs
+    assert not {e for e in envs if re.fullmatch(r"py3\d+", e)} - {f"py3{v.split('.')[1]}" for v in classified}
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """effectq's wheel, built from this checkout."""
+    out = tmp_path_factory.mktemp("wheel")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out), str(ROOT)],
+        check=True,
+        timeout=600,
+    )
+    return next(out.glob("effectq-*.whl"))
+
+
+@pytest.mark.slow
+def test_wheel_metadata(wheel: Path) -> None:
+    """The license is an SPDX expression alone; each Dramatiq extra brings one broker's client;
+    redis-py has a tested upper bound; a `testing` extra brings what the pytest plugin needs."""
+    with zipfile.ZipFile(wheel) as archive:
+        name = next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))
+        metadata = archive.read(name).decode()
+    lines = metadata.splitlines()
+    assert "License-Expression: MIT" in lines
+    assert not [line for line in lines if line.startswith("Classifier: License ::")]
+
+    def requires(extra: str) -> set[str]:
+        tail = f"; extra == '{extra}'"
+        return {line[len("Requires-Dist: ") : -len(tail)] for line in lines if line.endswith(tail)}
+
+    assert requires("dramatiq") == {"dramatiq[redis]>=1.16", "redis[hiredis]<9,>=5.0.1"}
+    assert requires("dramatiq-rabbitmq") == {"dramatiq[rabbitmq]>=1.16", "redis[hiredis]<9,>=5.0.1"}
+    assert requires("redis") == {"redis[hiredis]<9,>=5.0.1"}
+    assert {"pytest>=8", "fakeredis[lua]>=2.23"} <= requires("testing")
