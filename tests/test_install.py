@@ -60,6 +60,45 @@ def loaded_after(code: str) -> set[str]:
     return set(json.loads(out.stdout.splitlines()[-1]))
 
 
+# -- import cost ---------------------------------------------------------------------------
+
+
+def test_import_effectq_loads_neither_pydantic_nor_redis() -> None:
+    """`import effectq` loads no pydantic and no redis-py: they come with first use."""
+    loaded = loaded_after("import effectq")
+    assert not {m for m in loaded if m.split(".")[0] in ("pydantic", "pydantic_core", "redis")}
+    assert "effectq.engine" not in loaded
+
+
+def test_the_command_line_loads_neither_pydantic_nor_the_engine() -> None:
+    """`effectq --help` and `--version` load no pydantic, no redis-py and no engine."""
+    for flag in ("--help", "--version"):
+        loaded = loaded_after(f"from effectq.cli import main\nmain([{flag!r}])")
+        assert not {m for m in loaded if m.split(".")[0] in ("pydantic", "redis")}, flag
+        assert not {"effectq.engine", "effectq.effect", "effectq.codec"} & loaded, flag
+
+
+def test_every_public_name_resolves_lazily() -> None:
+    """Each name of effectq.__all__ is there on first use, `from effectq import *` gives them all,
+    and effectq.effect stays the decorator when a module that imports it loads first."""
+    code = (
+        "import effectq.steps, effectq.tools, effectq.integration, types\n"
+        "import effectq\n"
+        "assert callable(effectq.effect) and not isinstance(effectq.effect, types.ModuleType)\n"
+        "from effectq import *\n"
+        "missing = [n for n in effectq.__all__ if n not in globals()]\n"
+        "assert not missing, missing\n"
+        "assert effectq.RedisStore.__name__ == 'RedisStore' and effectq.events.EventKind\n"
+        "assert set(effectq.__all__) <= set(dir(effectq))\n"
+        "try:\n"
+        "    effectq.no_such_name\n"
+        "except AttributeError as exc:\n"
+        "    print(exc)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "has no attribute 'no_such_name'" in out.stdout
+
+
 # -- the package's metadata ----------------------------------------------------------------
 
 
