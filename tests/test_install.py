@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import configparser
+import importlib.metadata
 import json
 import re
 import subprocess
@@ -12,6 +13,8 @@ import zipfile
 from pathlib import Path
 
 import pytest
+
+from effectq.cli import Exit
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -58,6 +61,67 @@ def loaded_after(code: str) -> set[str]:
         check=True,
     )
     return set(json.loads(out.stdout.splitlines()[-1]))
+
+
+# -- a missing extra -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["list"],
+        ["show", "k"],
+        ["stats"],
+        ["doctor"],
+        ["purge", "--run", "r1"],
+        ["resolve", "k", "--not-applied"],
+    ],
+)
+def test_a_command_without_redis_py_names_the_extra(command: list[str]) -> None:
+    """Without redis-py every Redis command says, in one line, which extra to install, and exits 5."""
+    ran = run_without("redis,hiredis", CLI, *command, "--url", "redis://127.0.0.1:1/0")
+    assert ran.returncode == Exit.MISSING_EXTRA == 5, ran.stderr
+    assert ran.stderr.splitlines() == [
+        "effectq: this command needs redis-py, which is not installed: pip install 'effectq[redis]'"
+    ]
+    assert ran.stdout == ""
+
+
+def test_a_missing_extra_in_json() -> None:
+    """With --json the same error is also a JSON object on stdout, with its exit code."""
+    ran = run_without("redis", CLI, "list", "--json")
+    assert ran.returncode == Exit.MISSING_EXTRA
+    assert json.loads(ran.stdout) == {
+        "error": "this command needs redis-py, which is not installed: pip install 'effectq[redis]'",
+        "exit": 5,
+        "extra": "redis",
+    }
+
+
+def test_chaos_without_its_framework_names_the_extra() -> None:
+    """`effectq chaos` on a Celery configuration without Celery names the extra, exit 5."""
+    ran = run_without("celery,kombu", CLI, "chaos", "celery-redis", "--size", "small")
+    assert ran.returncode == Exit.MISSING_EXTRA, ran.stderr
+    assert ran.stderr.splitlines() == [
+        "effectq: this command needs Celery, which is not installed: pip install 'effectq[celery]'"
+    ]
+
+
+def test_help_and_version_need_no_extra() -> None:
+    """--help and --version work without redis-py, and say which version is installed."""
+    helped = run_without("redis", CLI, "--help")
+    assert helped.returncode == 0 and "5 an extra is not installed" in helped.stdout
+    version = run_without("redis", CLI, "--version")
+    assert version.returncode == 0
+    assert version.stdout.strip() == f"effectq {importlib.metadata.version('effectq')}"
+
+
+def test_an_import_error_of_effectq_itself_is_not_hidden() -> None:
+    """A module of effectq's own that fails to import while a command runs is a bug, no missing
+    extra: its traceback shows."""
+    ran = run_without("effectq.store.redis", CLI, "list")
+    assert ran.returncode == 1
+    assert "Traceback" in ran.stderr and "No module named 'effectq.store.redis'" in ran.stderr
 
 
 # -- import cost ---------------------------------------------------------------------------
