@@ -5,6 +5,7 @@ from __future__ import annotations
 import configparser
 import importlib.metadata
 import json
+import os
 import re
 import subprocess
 import sys
@@ -211,3 +212,69 @@ def test_wheel_metadata(wheel: Path) -> None:
     assert requires("dramatiq-rabbitmq") == {"dramatiq[rabbitmq]>=1.16", "redis[hiredis]<9,>=5.0.1"}
     assert requires("redis") == {"redis[hiredis]<9,>=5.0.1"}
     assert {"pytest>=8", "fakeredis[lua]>=2.23"} <= requires("testing")
+
+
+# -- a plain install, for real -------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def plain_venv(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A fresh virtualenv holding effectq without any extra (pydantic is its one dependency)."""
+    venv = tmp_path_factory.mktemp("plain") / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    subprocess.run(
+        [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", str(wheel)], check=True, timeout=600
+    )
+    return venv
+
+
+def _in(venv: Path, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("EFFECTQ_", "PYTEST_", "PYTHON"))}
+    return subprocess.run(
+        [str(venv / "bin" / args[0]), *args[1:]],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        env=env,
+        cwd=cwd,
+    )
+
+
+@pytest.mark.slow
+def test_plain_install_explains_itself(plain_venv: Path, tmp_path: Path) -> None:
+    """After `pip install effectq` alone: --version works, a Redis command names the extra to
+    install in one line (exit 5), `import effectq` and a memory-store effect work; then, with
+    pytest installed, the plugin's fixtures say what to install."""
+    version = _in(plain_venv, "effectq", "--version")
+    assert version.returncode == 0 and version.stdout.startswith("effectq "), version.stderr
+    listed = _in(plain_venv, "effectq", "list")
+    assert listed.returncode == Exit.MISSING_EXTRA, listed.stderr
+    assert listed.stderr.splitlines() == [
+        "effectq: this command needs redis-py, which is not installed: pip install 'effectq[redis]'"
+    ]
+    used = _in(
+        plain_venv,
+        "python",
+        "-c",
+        "import effectq\n"
+        "@effectq.effect(name='hello')\n"
+        "def hello(to: str) -> str:\n"
+        "    return 'hi ' + to\n"
+        "with effectq.run('r1', store=effectq.MemoryStore()):\n"
+        "    print(hello('ada'), hello('ada'))\n",
+    )
+    assert used.stdout.strip() == "hi ada hi ada", used.stderr
+
+    subprocess.run(
+        [str(plain_venv / "bin" / "python"), "-m", "pip", "install", "-q", "pytest"], check=True, timeout=600
+    )
+    (tmp_path / "test_user.py").write_text(
+        "def test_memory(effectq_store, effectq_run):\n"
+        "    pass\n\n"
+        "def test_ledger(effectq_ledger):\n"
+        "    pass\n"
+    )
+    tested = _in(plain_venv, "python", "-m", "pytest", "-q", "-p", "no:cacheprovider", cwd=tmp_path)
+    assert "1 passed, 1 error" in tested.stdout, tested.stdout + tested.stderr
+    assert "effectq_ledger needs fakeredis with Lua: pip install 'effectq[testing]'" in tested.stdout
