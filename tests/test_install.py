@@ -136,11 +136,13 @@ def test_import_effectq_loads_neither_pydantic_nor_redis() -> None:
 
 
 def test_the_command_line_loads_neither_pydantic_nor_the_engine() -> None:
-    """`effectq --help` and `--version` load no pydantic, no redis-py and no engine."""
+    """`effectq --help` and `--version` load no pydantic, no redis-py, no engine, and not even
+    the store or the admin functions the commands run."""
     for flag in ("--help", "--version"):
         loaded = loaded_after(f"from effectq.cli import main\nmain([{flag!r}])")
         assert not {m for m in loaded if m.split(".")[0] in ("pydantic", "redis")}, flag
-        assert not {"effectq.engine", "effectq.effect", "effectq.codec"} & loaded, flag
+        assert not {m for m in loaded if m.startswith(("effectq.store", "effectq.engine", "effectq.codec"))}
+        assert not {"effectq.admin", "effectq.doctor", "effectq.effect"} & loaded, flag
 
 
 def test_every_public_name_resolves_lazily() -> None:

@@ -29,7 +29,7 @@ from typing import IO
 
 from .. import __version__
 from ..errors import ConfigurationError, StoreError
-from . import doctor, records, upkeep
+from . import commands
 from .output import safe_url
 from .session import CommandError, Exit, Session
 
@@ -88,11 +88,9 @@ def build_parser() -> argparse.ArgumentParser:
         "4 Redis unreachable, 5 an extra is not installed",
     )
     parser.add_argument("--version", action="version", version=f"effectq {__version__}")
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    records.register(commands, common)
-    upkeep.register(commands, common)
-    doctor.register(commands, common)
-    commands.add_parser(
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    commands.register(subparsers, common)
+    subparsers.add_parser(
         "chaos", help="crash-test harness (effectq.chaos): effectq chaos --help", add_help=False
     )
     return parser
@@ -177,7 +175,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     restore_logging = _logging(verbosity)
     session = Session(args)
     try:
-        return int(args.handler(session))
+        return int(commands.handler(args.handler)(session))
     except CommandError as exc:
         return _fail(session, str(exc), exc.code, exc.details)
     except ConfigurationError as exc:
