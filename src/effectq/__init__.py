@@ -20,44 +20,91 @@ outcome nobody can know raises :class:`OutcomeUnknown` instead of repeating.
 
 from __future__ import annotations
 
+import sys
+import types
+from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
-from . import events
-from .context import EffectContext, KeyContext, current_effect
-from .effect import Effect, effect
-from .engine import Applied
-from .errors import (
-    ClaimNotReplicatedError,
-    CompletionNotReplicatedError,
-    ConfigurationError,
-    CorruptRecordError,
-    EffectqError,
-    InProgress,
-    InputMismatchError,
-    InvalidInputError,
-    InvalidKeyError,
-    NoActiveEffect,
-    NoActiveRun,
-    OutcomeUnknown,
-    ReconcileError,
-    ReentrantEffectError,
-    ReplicationError,
-    ResolveRefusedError,
-    ResultDecodeError,
-    ResultNotRecordedError,
-    StoreError,
-)
-from .keys import effect_marker, find_markers, has_marker, idempotency_key
-from .options import MAYBE_APPLIED, OnMismatch, ReconcileOn
-from .runs import Run, RunStats, active_run, current_run, get_default_store, run, set_default_store
-from .steps import Step, StepDivergedError, step
-from .store import MemoryStore, Record, ResultState, Status, Store
-from .tools import ToolNotAllowed, ToolOptions, wrap_tools
-
 if TYPE_CHECKING:
+    from . import events
+    from .context import EffectContext, KeyContext, current_effect
+    from .effect import Effect, effect
+    from .engine import Applied
+    from .errors import (
+        ClaimNotReplicatedError,
+        CompletionNotReplicatedError,
+        ConfigurationError,
+        CorruptRecordError,
+        EffectqError,
+        InProgress,
+        InputMismatchError,
+        InvalidInputError,
+        InvalidKeyError,
+        NoActiveEffect,
+        NoActiveRun,
+        OutcomeUnknown,
+        ReconcileError,
+        ReentrantEffectError,
+        ReplicationError,
+        ResolveRefusedError,
+        ResultDecodeError,
+        ResultNotRecordedError,
+        StoreError,
+    )
+    from .keys import effect_marker, find_markers, has_marker, idempotency_key
+    from .options import MAYBE_APPLIED, OnMismatch, ReconcileOn
+    from .runs import Run, RunStats, active_run, current_run, get_default_store, run, set_default_store
+    from .steps import Step, StepDivergedError, step
+    from .store import MemoryStore, Record, ResultState, Status, Store
     from .store.redis import RedisStore
+    from .tools import ToolNotAllowed, ToolOptions, wrap_tools
 
 __version__ = "0.1.0"
+
+# Where each public name lives. They load on first use (PEP 562), so ``import effectq`` and the
+# command line stay light: pydantic comes with the first effect, redis-py with the first RedisStore.
+_SOURCES = {
+    ".context": ("EffectContext", "KeyContext", "current_effect"),
+    ".effect": ("Effect", "effect"),
+    ".engine": ("Applied",),
+    ".errors": (
+        "ClaimNotReplicatedError",
+        "CompletionNotReplicatedError",
+        "ConfigurationError",
+        "CorruptRecordError",
+        "EffectqError",
+        "InProgress",
+        "InputMismatchError",
+        "InvalidInputError",
+        "InvalidKeyError",
+        "NoActiveEffect",
+        "NoActiveRun",
+        "OutcomeUnknown",
+        "ReconcileError",
+        "ReentrantEffectError",
+        "ReplicationError",
+        "ResolveRefusedError",
+        "ResultDecodeError",
+        "ResultNotRecordedError",
+        "StoreError",
+    ),
+    ".keys": ("effect_marker", "find_markers", "has_marker", "idempotency_key"),
+    ".options": ("MAYBE_APPLIED", "OnMismatch", "ReconcileOn"),
+    ".runs": (
+        "Run",
+        "RunStats",
+        "active_run",
+        "current_run",
+        "get_default_store",
+        "run",
+        "set_default_store",
+    ),
+    ".steps": ("Step", "StepDivergedError", "step"),
+    ".store": ("MemoryStore", "Record", "ResultState", "Status", "Store"),
+    ".store.redis": ("RedisStore",),
+    ".tools": ("ToolNotAllowed", "ToolOptions", "wrap_tools"),
+}
+_HOME = {name: module for module, names in _SOURCES.items() for name in names}
 
 __all__ = [
     "MAYBE_APPLIED",
@@ -115,9 +162,34 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    if name == "RedisStore":
-        from .store.redis import RedisStore
+if not TYPE_CHECKING:  # mypy reads the imports above, and flags a name that is not there
 
-        return RedisStore
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    def __getattr__(name: str) -> Any:
+        if name == "events":
+            return import_module(".events", __name__)
+        module = _HOME.get(name)
+        if module is None:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        value = getattr(import_module(module, __name__), name)
+        globals()[name] = value  # found once: later lookups skip this function
+        return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
+
+
+class _Package(types.ModuleType):
+    """``effectq.effect`` is the decorator, also after the submodule of that name loads.
+
+    Loading a submodule binds it on its package (``effectq.effect = <module effectq.effect>``);
+    the decorator of the same name, found lazily, would lose to it.
+    """
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "effect" and isinstance(value, types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package

@@ -8,12 +8,14 @@
     effectq purge --run RUN_ID | --older-than 30d [--yes]
     effectq doctor
     effectq chaos ...            (the crash-test harness, when installed)
+    effectq --version
 
 Every command takes ``--url`` (or ``EFFECTQ_URL``), ``--namespace`` (or
 ``EFFECTQ_NAMESPACE``) and ``--json``. Exit codes are :class:`Exit`: 0 done,
 1 the answer is no (doctor failed, resolve refused), 2 usage, 3 no such
-record, 4 Redis unreachable. No traceback for an operator's mistake; ``-v``
-shows logs, ``-vv`` tracebacks too.
+record, 4 Redis unreachable, 5 an extra the command needs is not installed
+(one line naming it). No traceback for an operator's mistake; ``-v`` shows
+logs, ``-vv`` tracebacks too.
 """
 
 from __future__ import annotations
@@ -25,8 +27,9 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import IO
 
+from .. import __version__
 from ..errors import ConfigurationError, StoreError
-from . import doctor, records, upkeep
+from . import commands
 from .output import safe_url
 from .session import CommandError, Exit, Session
 
@@ -35,6 +38,17 @@ __all__ = ["Exit", "main"]
 log = logging.getLogger("effectq.cli")
 
 _GLOBAL_WITH_VALUE = ("--url", "--namespace", "-n", "--prefix")
+
+_EXTRAS = {
+    "redis": ("redis-py", "redis"),
+    "fakeredis": ("fakeredis", "embedded"),
+    "lupa": ("lupa", "embedded"),
+    "celery": ("Celery", "celery"),
+    "kombu": ("Celery", "celery"),
+    "dramatiq": ("Dramatiq", "dramatiq"),
+    "pika": ("pika", "dramatiq-rabbitmq"),
+}
+"""The packages a command may need that come with an extra: module -> (what it is, the extra)."""
 
 
 def _common() -> argparse.ArgumentParser:
@@ -71,13 +85,12 @@ def build_parser() -> argparse.ArgumentParser:
         parents=[common],
         description="Inspect and settle effectq's effect records; check the Redis they live in.",
         epilog="exit codes: 0 done, 1 refused or failing check, 2 usage, 3 no such record, "
-        "4 Redis unreachable",
+        "4 Redis unreachable, 5 an extra is not installed",
     )
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    records.register(commands, common)
-    upkeep.register(commands, common)
-    doctor.register(commands, common)
-    commands.add_parser(
+    parser.add_argument("--version", action="version", version=f"effectq {__version__}")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    commands.register(subparsers, common)
+    subparsers.add_parser(
         "chaos", help="crash-test harness (effectq.chaos): effectq chaos --help", add_help=False
     )
     return parser
@@ -108,7 +121,27 @@ def _chaos(rest: list[str], err: IO[str]) -> int:
         print("effectq: the chaos harness (module effectq.chaos) is not part of this installation", file=err)
         return Exit.USAGE
     run: Callable[[list[str]], int | None] = module.main
-    return int(run(rest) or 0)
+    try:
+        return int(run(rest) or 0)
+    except ImportError as exc:
+        missing = missing_extra(exc)
+        if missing is None:
+            raise
+        print(f"effectq: {missing[0]}", file=err)
+        return Exit.MISSING_EXTRA
+
+
+def missing_extra(exc: ImportError) -> tuple[str, str] | None:
+    """``(message, extra)`` when ``exc`` (or what caused it) is a package of an extra not installed."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        name = seen.name if isinstance(seen, ModuleNotFoundError) else None
+        known = _EXTRAS.get(name or "")  # the package itself: a submodule missing is no missing extra
+        if known is not None:
+            what, extra = known
+            return f"this command needs {what}, which is not installed: pip install 'effectq[{extra}]'", extra
+        seen = seen.__cause__ or seen.__context__
+    return None
 
 
 def _logging(verbosity: int) -> Callable[[], None]:
@@ -142,11 +175,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     restore_logging = _logging(verbosity)
     session = Session(args)
     try:
-        return int(args.handler(session))
+        return int(commands.handler(args.handler)(session))
     except CommandError as exc:
         return _fail(session, str(exc), exc.code, exc.details)
     except ConfigurationError as exc:
         return _fail(session, str(exc), Exit.USAGE, {})
+    except ImportError as exc:
+        missing = missing_extra(exc)
+        if missing is None:
+            raise
+        message, extra = missing
+        return _fail(session, message, Exit.MISSING_EXTRA, {"extra": extra})
     except Exception as exc:
         cause = exc.__cause__ if isinstance(exc, StoreError) and exc.__cause__ is not None else exc
         if not isinstance(exc, StoreError) and not _is_redis_error(exc):

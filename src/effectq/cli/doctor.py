@@ -2,38 +2,17 @@
 
 from __future__ import annotations
 
-import argparse
 import os
 from collections import Counter
 from dataclasses import asdict
-from typing import Any
 
 from ..doctor import Level, diagnose
 from .output import safe_url
 from .session import CommandError, Exit, Session
 
-__all__ = ["register"]
+__all__ = ["run_doctor"]
 
 _MARK = {Level.OK: "ok", Level.WARN: "WARN", Level.FAIL: "FAIL", Level.SKIP: "skip"}
-
-
-def register(commands: Any, common: argparse.ArgumentParser) -> None:
-    doctor = commands.add_parser(
-        "doctor",
-        parents=[common],
-        help="check the Redis for what breaks at-most-once, and how to fix it",
-        description="Check the Redis effectq points at: eviction policy, memory, persistence, replicas, "
-        "scripts, clock, and what is in doubt in the namespace. Exit 1 when a check fails.",
-    )
-    doctor.add_argument(
-        "--wait-replicas",
-        type=int,
-        default=None,
-        metavar="N",
-        help="the wait_replicas your stores use: every primary must have N replicas "
-        "(default: EFFECTQ_WAIT_REPLICAS, else 0)",
-    )
-    doctor.set_defaults(handler=run_doctor)
 
 
 def _wait_replicas(session: Session) -> int:

@@ -6,12 +6,12 @@ import argparse
 import re
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
-from ..keys import idempotency_key
-from ..store.base import Record, ResultState, Status
-from ..store.operators import Standing
+if TYPE_CHECKING:  # the functions that need them at run time import them: --help loads no store
+    from ..store.base import Record
+    from ..store.operators import Standing
 
 __all__ = [
     "age",
@@ -106,6 +106,8 @@ def holder(owner: str) -> tuple[str, int | None]:
 
 def result_summary(record: Record) -> str:
     """What is known of the result, never the result itself."""
+    from ..store.base import ResultState, Status
+
     if record.status is not Status.COMPLETED:
         return "-"
     if record.result_state is ResultState.STORED:
@@ -121,6 +123,8 @@ def record_json(
     record: Record, where: Standing, since: datetime | None, now: datetime, namespace: str
 ) -> dict[str, Any]:
     """A record as JSON-ready data; the result body only as its size."""
+    from ..keys import idempotency_key
+
     host, pid = holder(record.owner) if record.owner else ("", None)
     return {
         "key": record.key,

@@ -5,86 +5,16 @@ from __future__ import annotations
 import argparse
 import os
 import socket
-from typing import Any
 
 from .. import admin
 from ..errors import ConfigurationError, ResolveRefusedError
 from ..keys import idempotency_key
 from ..store.base import Record, Status
 from ..store.operators import Standing, since, standing
-from .output import age, duration_arg, holder, record_json, result_summary, stamp, table
+from .output import age, holder, record_json, result_summary, stamp, table
 from .session import CommandError, Exit, Session
 
-__all__ = ["register"]
-
-_STATUSES = [s.value for s in Standing] + ["all"]
-DEFAULT_LIMIT = 100
-
-
-def register(commands: Any, common: argparse.ArgumentParser) -> None:
-    listing = commands.add_parser(
-        "list",
-        parents=[common],
-        help="list records: what is in doubt or in flight, or any status",
-        description="List effect records. Without --status: what is unknown or in flight (read from "
-        "the indexes, fast on any size); with --run and no --status: every record of that run.",
-    )
-    listing.add_argument(
-        "--status",
-        action="append",
-        choices=_STATUSES,
-        help="unknown, in-flight, completed, released or all "
-        "(repeatable); completed and released scan the namespace",
-    )
-    listing.add_argument("--run", metavar="RUN_ID", help="only this run's records")
-    listing.add_argument("--name", metavar="EFFECT", help="only this effect's records")
-    listing.add_argument(
-        "--older-than",
-        metavar="AGE",
-        type=duration_arg,
-        default=0.0,
-        help="only records in their status this long (e.g. 10m, 2h, 7d)",
-    )
-    listing.add_argument(
-        "--limit",
-        type=int,
-        default=DEFAULT_LIMIT,
-        help=f"at most this many (default {DEFAULT_LIMIT}; 0: no limit)",
-    )
-    listing.set_defaults(handler=run_list)
-
-    show = commands.add_parser(
-        "show",
-        parents=[common],
-        help="show one record, whole",
-        description="Show one effect record: status, run, holder, why it is "
-        "in doubt, the result's size, and how to settle it.",
-    )
-    show.add_argument("key", help="the effect key (as listed by effectq list)")
-    show.add_argument("--result", action="store_true", help="also print the recorded result (JSON)")
-    show.set_defaults(handler=run_show)
-
-    resolve = commands.add_parser(
-        "resolve",
-        parents=[common],
-        help="settle a record in doubt as applied or not applied",
-        description="Settle an unknown record after checking the remote system. Compare-and-set: of "
-        "two resolvers one wins; a completed, released or live record is refused.",
-    )
-    resolve.add_argument("key", help="the effect key")
-    which = resolve.add_mutually_exclusive_group(required=True)
-    which.add_argument("--applied", action="store_true", help="it applied: later calls replay, never re-run")
-    which.add_argument("--not-applied", action="store_true", help="it did not: the next call applies it")
-    resolve.add_argument("--result", metavar="JSON", help="with --applied: the result later calls get back")
-    resolve.add_argument("--note", default="", help="who settles and why (kept on the record)")
-    resolve.add_argument(
-        "--retention",
-        metavar="AGE",
-        type=duration_arg,
-        default=admin.DEFAULT_RETENTION.total_seconds(),
-        help="keep the settled record this long (default 7d)",
-    )
-    resolve.set_defaults(handler=run_resolve)
+__all__ = ["run_list", "run_resolve", "run_show"]
 
 
 def _standings(args: argparse.Namespace) -> set[Standing]:
@@ -270,7 +200,7 @@ def run_resolve(session: Session) -> Exit:
             applied=args.applied,
             result=args.result,
             note=args.note,
-            retention=args.retention,
+            retention=admin.DEFAULT_RETENTION if args.retention is None else args.retention,
         )
     except ConfigurationError as exc:
         raise CommandError(str(exc), Exit.USAGE) from exc

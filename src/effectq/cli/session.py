@@ -31,6 +31,8 @@ class Exit(enum.IntEnum):
     """No record for that key."""
     UNREACHABLE = 4
     """Redis could not be reached or answered with an error."""
+    MISSING_EXTRA = 5
+    """The command needs a package that is not installed (``pip install 'effectq[redis]'``)."""
 
 
 class CommandError(Exception):

@@ -2,44 +2,14 @@
 
 from __future__ import annotations
 
-import argparse
-from typing import Any
-
 from .. import admin
 from ..store.operators import Standing
-from .output import age, duration_arg, stamp, table
+from .output import age, stamp, table
 from .session import CommandError, Exit, Session
 
-__all__ = ["register"]
+__all__ = ["run_purge", "run_stats"]
 
 _ORDER = (Standing.UNKNOWN, Standing.IN_FLIGHT, Standing.COMPLETED, Standing.RELEASED)
-
-
-def register(commands: Any, common: argparse.ArgumentParser) -> None:
-    stats = commands.add_parser(
-        "stats",
-        parents=[common],
-        help="counts by status and effect, and the oldest unknown",
-        description="Count records by status and effect name, and date the oldest unknown. Reads every "
-        "record of the namespace; --no-scan reads only the indexes (unknown and in flight).",
-    )
-    stats.add_argument("--no-scan", action="store_true", help="only unknown and in-flight (no full scan)")
-    stats.set_defaults(handler=run_stats)
-
-    purge = commands.add_parser(
-        "purge",
-        parents=[common],
-        help="delete completed/released records of a run or older than an age",
-        description="Delete settled records (completed, released) of one run, or unchanged for longer "
-        "than an age. Never deletes an unknown or in-flight record. Without --yes, only says what it would "
-        "delete. A purged completed effect applies again on its next call.",
-    )
-    purge.add_argument("--run", metavar="RUN_ID", help="only this run's records")
-    purge.add_argument(
-        "--older-than", metavar="AGE", type=duration_arg, help="only records unchanged this long"
-    )
-    purge.add_argument("--yes", action="store_true", help="delete (without it: a dry run)")
-    purge.set_defaults(handler=run_purge)
 
 
 def run_stats(session: Session) -> Exit:

@@ -12,19 +12,19 @@
   record of every kind, for tests of tools built on them.
 * :mod:`effectq.testing.workers`: real Celery and Dramatiq workers to kill.
 
-The suites import pytest, so they load when asked for: worker processes that
-use the ledger or faults need no pytest.
+Each name loads when asked for: the suites import pytest, so worker processes
+that use the ledger or faults need no pytest, and a pytest run that uses none
+of the plugin's fixtures loads nothing of effectq but the plugin.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .faults import Action, Crash, Fault, FaultyStore, Point
-from .ledger import Ledger, Verdict, assert_exactly_once, verdict
-
 if TYPE_CHECKING:
     from .contract import StoreContract
+    from .faults import Action, Crash, Fault, FaultyStore, Point
+    from .ledger import Ledger, Verdict, assert_exactly_once, verdict
     from .operators import OperatorStoreContract, Seeded, seed_records
 
 __all__ = [
@@ -44,6 +44,15 @@ __all__ = [
 ]
 
 _LAZY = {
+    "Action": "faults",
+    "Crash": "faults",
+    "Fault": "faults",
+    "FaultyStore": "faults",
+    "Point": "faults",
+    "Ledger": "ledger",
+    "Verdict": "ledger",
+    "assert_exactly_once": "ledger",
+    "verdict": "ledger",
     "StoreContract": "contract",
     "OperatorStoreContract": "operators",
     "Seeded": "operators",
@@ -51,10 +60,12 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    from importlib import import_module
+if not TYPE_CHECKING:  # mypy reads the imports above, and flags a name that is not there
 
-    return getattr(import_module(f".{module}", __name__), name)
+    def __getattr__(name: str) -> Any:
+        module = _LAZY.get(name)
+        if module is None:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        from importlib import import_module
+
+        return getattr(import_module(f".{module}", __name__), name)
