@@ -35,7 +35,7 @@ from typing import Any, NamedTuple
 
 from ..errors import ConfigurationError, InProgress, OutcomeUnknown
 from ..heartbeat import heartbeat
-from ..integration import StoreSource, log_finished, run_id_for, task_effect
+from ..integration import StoreSource, TaskRequest, log_finished, run_id_for, task_effect
 from ..options import seconds
 from ..runs import Run, RunScope
 from ..runs import run as bind_run
@@ -317,6 +317,12 @@ class Installation:
             kwargs,
             default=task_id,
             task=task.name,
+            request=TaskRequest(
+                id=task_id,
+                group=getattr(request, "group", None),
+                root_id=getattr(request, "root_id", None),
+                parent_id=getattr(request, "parent_id", None),
+            ),
         )
         return bind_run(
             run_id,
