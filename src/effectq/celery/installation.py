@@ -271,7 +271,10 @@ class Installation:
         if getattr(sender, "app", None) is not self.app:
             return
         self.guard_all()
-        settings = self.settings
+        try:
+            settings = self.settings
+        except ConfigurationError:
+            return  # SettingsStep raises it next, and the worker does not start
         with self.source.probe() as store:  # what fails here Celery logs; the worker starts anyway
             log_problems(
                 self.app,
