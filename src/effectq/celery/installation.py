@@ -33,6 +33,8 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, NamedTuple
 
+from celery import bootsteps
+
 from ..errors import ConfigurationError, InProgress, OutcomeUnknown
 from ..heartbeat import heartbeat
 from ..integration import StoreSource, TaskRequest, log_finished, run_id_for, task_effect
@@ -418,25 +420,17 @@ def _fail_unknown(task: Any, exc: OutcomeUnknown) -> BaseException:
     return stop
 
 
-def _settings_step() -> type:
-    from celery import bootsteps
+class SettingsStep(bootsteps.Step):  # type: ignore[misc]
+    """A worker of an app whose effectq settings are incomplete or wrong does not start: the
+    :class:`~effectq.ConfigurationError` ends ``celery worker`` before it consumes a task."""
 
-    class SettingsStep(bootsteps.Step):  # type: ignore[misc]
-        """A worker of an app whose effectq settings are incomplete or wrong does not start: the
-        :class:`~effectq.ConfigurationError` ends ``celery worker`` before it consumes a task."""
+    name = "effectq.settings"
 
-        name = "effectq.settings"
-
-        def __init__(self, parent: Any, **kwargs: Any) -> None:
-            installation = getattr(parent.app, _APP_ATTRIBUTE, None)
-            if installation is not None:
-                installation.settings  # noqa: B018 - raises when they are incomplete
-            super().__init__(parent, **kwargs)
-
-    return SettingsStep
-
-
-SettingsStep = _settings_step()
+    def __init__(self, parent: Any, **kwargs: Any) -> None:
+        installation = getattr(parent.app, _APP_ATTRIBUTE, None)
+        if installation is not None:
+            installation.settings  # noqa: B018 - raises when they are incomplete
+        super().__init__(parent, **kwargs)
 
 
 def install(
