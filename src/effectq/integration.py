@@ -4,7 +4,8 @@
   process, so a prefork child never talks through its parent's socket (and one for a
   single look, the start-up checks, that no process keeps).
 * :func:`run_id_for`: the run id of one task execution: the task id / message id,
-  or a business key (``"order:{order_id}"``, or a function of the arguments).
+  or a business key (``"order:{order_id}"``, ``"chord:{request.group}"``, or a
+  function of the arguments and the :class:`TaskRequest`).
 * :func:`task_effect`: a whole task body as one effect, keyed
   ``<run id>:task:<task name>``: a redelivered task that already completed gets
   its recorded return value back and the body does not run.
@@ -21,6 +22,7 @@ import os
 import re
 import threading
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from .effect import Effect, effect
@@ -32,6 +34,7 @@ __all__ = [
     "RunIdSpec",
     "StoreSource",
     "TaskEffectSpec",
+    "TaskRequest",
     "listed",
     "log_finished",
     "run_id_for",
@@ -42,15 +45,68 @@ __all__ = [
 log_delivery = logging.getLogger("effectq.delivery")
 
 RunIdSpec = str | Callable[..., str] | None
-"""How a task names its run: ``None`` (the task id / message id), a template such as
-``"order:{order_id}"`` filled from the arguments by name, or a function called with the
-task's arguments that returns the run id."""
+"""How a task names its run: ``None`` (the task id / message id); a template such as
+``"order:{order_id}"`` filled from the arguments by name, whose ``{request.group}``,
+``{request.root_id}``, ``{request.parent_id}`` and ``{request.id}`` name the delivery
+(see :class:`TaskRequest`); a function called with the task's arguments; or a function
+``(args, request)`` (its second parameter named ``request``) called with the arguments by
+name and the :class:`TaskRequest`."""
 
 TaskEffectSpec = bool | Mapping[str, Any] | None
 """Whether a whole task is an effect: ``True``, or a mapping of :func:`effectq.effect`
 options (``lease``, ``wait``, ``retention``, ``replay_safe``, ``result_type``...)."""
 
 _UNSAFE_NAME = re.compile(r"[^A-Za-z0-9_.\-/@+]")
+
+
+@dataclass(frozen=True, slots=True)
+class TaskRequest:
+    """What a run id may name of a task's delivery besides its arguments (from Celery's
+    ``task.request``).
+
+    Attributes:
+        id: the task id.
+        group: the id of the group the task belongs to: a group's tasks, and a chord's header
+            tasks and its callback (the chord's group id); ``None`` outside a group.
+        root_id: the id of the first task of the workflow (the first task of a chain).
+        parent_id: the id of the task that sent this one (the previous task of a chain).
+    """
+
+    id: str
+    group: str | None = None
+    root_id: str | None = None
+    parent_id: str | None = None
+
+
+_REQUEST_FIELDS = ("id", "group", "root_id", "parent_id")
+
+
+class _RequestFields:
+    """``request`` in a run id template: each field it names must be set for this delivery
+    (``"chord:{request.group}"`` for a task outside a group is an error, never ``"chord:None"``)."""
+
+    def __init__(self, request: TaskRequest, spec: str, task: str) -> None:
+        self._request, self._spec, self._task = request, spec, task
+
+    def __getattr__(self, name: str) -> str:
+        if name not in _REQUEST_FIELDS:
+            raise ConfigurationError(
+                f"effectq_run_id {self._spec!r} of task {self._task} names request.{name}; "
+                f"a run id may name request.{', request.'.join(_REQUEST_FIELDS)}"
+            )
+        value: str | None = getattr(self._request, name)
+        if not value:
+            raise ConfigurationError(
+                f"effectq_run_id {self._spec!r} of task {self._task} names request.{name}, "
+                f"which task {self._request.id} does not have (sent outside a group or workflow?)"
+            )
+        return value
+
+    def __format__(self, spec: str) -> str:
+        raise ConfigurationError(
+            f"effectq_run_id {self._spec!r} of task {self._task} names the whole request; "
+            f"name one of its fields: request.{', request.'.join(_REQUEST_FIELDS)}"
+        )
 
 
 class StoreSource:
@@ -127,13 +183,31 @@ class StoreSource:
 
 
 def run_id_for(
-    spec: RunIdSpec, fn: Callable[..., Any], args: Any, kwargs: Any, *, default: str, task: str
+    spec: RunIdSpec,
+    fn: Callable[..., Any],
+    args: Any,
+    kwargs: Any,
+    *,
+    default: str,
+    task: str,
+    request: TaskRequest | None = None,
 ) -> str:
-    """The run id of one execution of ``fn(*args, **kwargs)`` (see :data:`RunIdSpec`)."""
+    """The run id of one execution of ``fn(*args, **kwargs)`` (see :data:`RunIdSpec`).
+
+    ``request`` is what the template's ``{request.X}`` fields and a ``(args, request)``
+    function see; without it (``None``) they are an error.
+    """
     if spec is None:
         return default
     if callable(spec):
-        value = spec(*(args or ()), **(kwargs or {}))
+        if _takes_request(spec):
+            if request is None:
+                raise ConfigurationError(
+                    f"the run id function of task {task} takes a request; none is known here"
+                )
+            value = spec(dict(_bind(fn, args, kwargs, task).arguments), request)
+        else:
+            value = spec(*(args or ()), **(kwargs or {}))
         if not isinstance(value, str) or not value:
             raise ConfigurationError(f"the run id function of task {task} returned {value!r}, not a string")
         return value
@@ -141,17 +215,40 @@ def run_id_for(
         raise ConfigurationError(
             f"effectq_run_id of task {task} must be a template or a function, not {spec!r}"
         )
+    names: dict[str, Any] = {} if request is None else {"request": _RequestFields(request, spec, task)}
+    names.update(_bind(fn, args, kwargs, task).arguments)  # an argument named ``request`` wins
+    try:
+        return spec.format_map(names)
+    except ConfigurationError:
+        raise
+    except (KeyError, IndexError, AttributeError, ValueError) as exc:
+        raise ConfigurationError(
+            f"effectq_run_id {spec!r} of task {task} names {exc} that the task does not take"
+        ) from exc
+
+
+def _bind(fn: Callable[..., Any], args: Any, kwargs: Any, task: str) -> inspect.BoundArguments:
     try:
         bound = inspect.signature(fn).bind(*(args or ()), **(kwargs or {}))
     except TypeError as exc:
         raise ConfigurationError(f"task {task}: the arguments do not fit its signature ({exc})") from exc
     bound.apply_defaults()
+    return bound
+
+
+def _takes_request(fn: Callable[..., Any]) -> bool:
+    """Whether a run id function has the ``(args, request)`` form: two parameters, the second
+    named ``request``. Any other function is called with the task's arguments."""
     try:
-        return spec.format_map(bound.arguments)
-    except (KeyError, IndexError, AttributeError, ValueError) as exc:
-        raise ConfigurationError(
-            f"effectq_run_id {spec!r} of task {task} names {exc} that the task does not take"
-        ) from exc
+        parameters = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return False
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return (
+        len(parameters) == 2
+        and all(p.kind in positional for p in parameters)
+        and parameters[1].name == "request"
+    )
 
 
 def task_key(run_id: str, task: str) -> str:

@@ -16,10 +16,18 @@ Task options (keyword arguments of ``@app.task``):
 
 * ``effectq_run_id="order:{order_id}"`` (or a function of the task's arguments):
   key the run by a business key instead of the task id, for work that may be
-  enqueued twice under two task ids.
+  enqueued twice under two task ids. ``{request.group}``, ``{request.root_id}``,
+  ``{request.parent_id}`` and ``{request.id}`` name the delivery
+  (``"chord:{request.group}"``: a chord callback's effects once per chord), and a
+  function ``(args, request)`` gets both.
 * ``effectq_task=True`` (or a mapping of :func:`effectq.effect` options): the whole
   task is an effect; a redelivered task that completed returns its recorded value
   and the body does not run.
+
+``effectq.celery.install(app)`` without a store reads ``effectq_url``,
+``effectq_namespace`` and the other options from the app's configuration
+(``CELERY_EFFECTQ_URL`` under ``config_from_object(..., namespace="CELERY")``), else
+``EFFECTQ_URL`` / ``EFFECTQ_NAMESPACE``.
 
 Needs ``pip install 'effectq[celery]'``.
 """

@@ -11,6 +11,13 @@ Two mechanisms, each where Celery is reliable:
   retry with a countdown and :class:`~effectq.OutcomeUnknown` a failure that is
   not retried; a task declared with ``effectq_task=True`` runs its body as one
   effect.
+
+The store and the options come from :func:`install`'s arguments, else from the app's
+configuration (``effectq_url``, ``effectq_namespace``... read the way Celery reads its own
+settings, so ``CELERY_EFFECTQ_URL`` works under ``namespace="CELERY"``), else from
+``EFFECTQ_URL`` / ``EFFECTQ_NAMESPACE``. They are read when first needed (never while the
+app's configuration may still be loading, as Django's settings are while they import the
+Celery app), and a worker refuses to start without a store.
 """
 
 from __future__ import annotations
@@ -18,26 +25,129 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
-from collections.abc import Callable
+import os
+import threading
+from collections.abc import Callable, Mapping
 from contextvars import ContextVar
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, NamedTuple
 
+from celery import bootsteps
+
 from ..errors import ConfigurationError, InProgress, OutcomeUnknown
 from ..heartbeat import heartbeat
-from ..integration import StoreSource, log_finished, run_id_for, task_effect
+from ..integration import StoreSource, TaskRequest, log_finished, run_id_for, task_effect
+from ..options import seconds
 from ..runs import Run, RunScope
 from ..runs import run as bind_run
 from ..store.base import Store
 from .checks import log_problems
 
-__all__ = ["Installation", "install"]
+__all__ = ["SETTINGS", "Installation", "Settings", "SettingsStep", "install", "read_settings"]
 
 log = logging.getLogger("effectq.celery")
 log_retry = logging.getLogger("effectq.celery.retry")
 log_unknown = logging.getLogger("effectq.celery.unknown")
 
 _APP_ATTRIBUTE = "effectq_installation"
+
+SETTINGS = (
+    "effectq_url",
+    "effectq_namespace",
+    "effectq_in_progress_countdown",
+    "effectq_lease",
+    "effectq_retention",
+    "effectq_redis_options",
+)
+"""The app settings :func:`install` reads for the arguments it was not given (under the app's
+namespace too: ``CELERY_EFFECTQ_URL`` with ``config_from_object(..., namespace="CELERY")``)."""
+
+_DEFAULTS: dict[str, Any] = {
+    "namespace": "default",
+    "in_progress_countdown": 5.0,
+    "lease": 60.0,
+    "retention": timedelta(days=7),
+}
+_ENVIRONMENT = {"store": "EFFECTQ_URL", "namespace": "EFFECTQ_NAMESPACE"}
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What an installation runs with, once read (see :data:`SETTINGS`).
+
+    Attributes:
+        store: the store, or the Redis URL each worker process builds its store from.
+        namespace: the namespace of a store built from a URL.
+        in_progress_countdown: seconds before the retry an in-flight effect causes.
+        lease: the longest effect lease the app's effects use (for the start-up check).
+        retention: the shortest effect retention the app's effects use (for the check).
+        redis_options: passed to :meth:`effectq.RedisStore.from_url`.
+        origin: where each of them came from: ``install()``, the setting's name, the
+            environment variable's name, or ``default``.
+    """
+
+    store: Store | str
+    namespace: str
+    in_progress_countdown: float
+    lease: float | timedelta
+    retention: float | timedelta
+    redis_options: Mapping[str, Any] = field(default_factory=dict)
+    origin: Mapping[str, str] = field(default_factory=dict)
+
+
+def read_settings(app: Any, given: Mapping[str, Any]) -> Settings:
+    """The settings of an installation: ``given`` (the arguments of :func:`install` that
+    are not ``None``) win, then the app's configuration, then the environment, then the
+    defaults. Raises :class:`~effectq.ConfigurationError` naming what is missing or wrong."""
+    conf = app.conf
+    values: dict[str, Any] = {}
+    origin: dict[str, str] = {}
+    for name in ("store", "namespace", "in_progress_countdown", "lease", "retention"):
+        setting = "effectq_url" if name == "store" else f"effectq_{name}"
+        variable = _ENVIRONMENT.get(name)
+        configured = conf.get(setting)  # Celery's lookup: effectq_url, or CELERY_EFFECTQ_URL
+        if given.get(name) is not None:
+            values[name], origin[name] = given[name], f"install({name}=...)"
+        elif configured is not None:
+            values[name], origin[name] = configured, _setting_name(app, setting)
+        elif variable and os.environ.get(variable):
+            values[name], origin[name] = os.environ[variable], variable
+        elif name in _DEFAULTS:
+            values[name], origin[name] = _DEFAULTS[name], "default"
+    store = values.get("store")
+    if store is None:
+        raise ConfigurationError(
+            f"effectq.celery.install({app.main or app!r}): no store for the app's effects. Pass one "
+            f'(install(app, "redis://host:6379/0")), set effectq_url in the app\'s configuration '
+            f'(CELERY_EFFECTQ_URL in Django\'s settings, read with namespace="CELERY"), or set EFFECTQ_URL'
+        )
+    if not isinstance(store, (str, Store)) or not store:
+        raise ConfigurationError(
+            f"{origin['store']} must be a redis:// URL or an effectq store, not {store!r}"
+        )
+    if not isinstance(values["namespace"], str) or not values["namespace"]:
+        raise ConfigurationError(
+            f"{origin['namespace']} must be a non-empty string, not {values['namespace']!r}"
+        )
+    for name in ("lease", "retention"):
+        seconds(values[name], option=origin[name])  # refused here, before any task runs
+    redis_options = conf.get("effectq_redis_options") or {}
+    if not isinstance(redis_options, Mapping):
+        raise ConfigurationError(
+            f"{_setting_name(app, 'effectq_redis_options')} must be a mapping, not {redis_options!r}"
+        )
+    return Settings(
+        store=store,
+        namespace=values["namespace"],
+        in_progress_countdown=seconds(
+            values["in_progress_countdown"], option=origin["in_progress_countdown"]
+        ),
+        lease=values["lease"],
+        retention=values["retention"],
+        redis_options={**redis_options, **given.get("redis_options", {})},
+        origin=origin,
+    )
 
 
 class _Bound(NamedTuple):
@@ -49,31 +159,57 @@ class _Bound(NamedTuple):
 _bound: ContextVar[_Bound | None] = ContextVar("effectq.celery.bound", default=None)
 
 
+def _setting_name(app: Any, setting: str) -> str:
+    """A setting as the user may have spelled it: ``effectq_url (CELERY_EFFECTQ_URL)``."""
+    prefix = getattr(app, "namespace", None)
+    if not prefix:
+        return setting
+    spelled = f"{prefix.rstrip('_')}_{setting}"
+    return f"{setting} ({spelled.upper() if prefix.isupper() else spelled.lower()})"
+
+
 class Installation:
     """effectq installed on one Celery app; :meth:`uninstall` disconnects it.
 
     Attributes:
         app: the Celery app.
-        source: where each process gets its store.
-        in_progress_countdown: seconds before the retry an in-flight effect causes.
     """
 
-    def __init__(
-        self,
-        app: Any,
-        source: StoreSource,
-        *,
-        in_progress_countdown: float,
-        check_options: dict[str, Any],
-    ) -> None:
+    def __init__(self, app: Any, given: Mapping[str, Any]) -> None:
         self.app = app
-        self.source = source
-        self.in_progress_countdown = in_progress_countdown
-        self._check_options = check_options
+        self._given = dict(given)
+        self._lock = threading.Lock()
+        self._settings: Settings | None = None
+        self._source: StoreSource | None = None
         self._receivers: list[tuple[Any, Callable[..., Any]]] = []
 
     def __repr__(self) -> str:
         return f"<effectq installation on {self.app.main or self.app!r}>"
+
+    @property
+    def settings(self) -> Settings:
+        """The settings, read on first use (see :func:`read_settings`)."""
+        if self._settings is None:
+            with self._lock:
+                if self._settings is None:
+                    settings = read_settings(self.app, self._given)
+                    self._source = StoreSource(
+                        settings.store, namespace=settings.namespace, **settings.redis_options
+                    )
+                    self._settings = settings
+        return self._settings
+
+    @property
+    def source(self) -> StoreSource:
+        """Where each process gets its store."""
+        self.settings  # noqa: B018 - reads the settings and builds the source
+        assert self._source is not None
+        return self._source
+
+    @property
+    def in_progress_countdown(self) -> float:
+        """Seconds before the retry an in-flight effect causes."""
+        return self.settings.in_progress_countdown
 
     @property
     def store(self) -> Store:
@@ -96,6 +232,7 @@ class Installation:
         ):
             signal.connect(receiver, weak=False)
             self._receivers.append((signal, receiver))
+        self.app.steps["worker"].add(SettingsStep)
         if self.app.finalized:
             self.guard_all()
 
@@ -104,6 +241,7 @@ class Installation:
         for signal, receiver in self._receivers:
             signal.disconnect(receiver)
         self._receivers.clear()
+        self.app.steps["worker"].discard(SettingsStep)
         if getattr(self.app, _APP_ATTRIBUTE, None) is self:
             delattr(self.app, _APP_ATTRIBUTE)
 
@@ -135,9 +273,17 @@ class Installation:
         if getattr(sender, "app", None) is not self.app:
             return
         self.guard_all()
+        try:
+            settings = self.settings
+        except ConfigurationError:
+            return  # SettingsStep raises it next, and the worker does not start
         with self.source.probe() as store:  # what fails here Celery logs; the worker starts anyway
             log_problems(
-                self.app, in_progress_countdown=self.in_progress_countdown, store=store, **self._check_options
+                self.app,
+                in_progress_countdown=settings.in_progress_countdown,
+                store=store,
+                lease=settings.lease,
+                retention=settings.retention,
             )
 
     def _on_process_init(self, **_: Any) -> None:
@@ -176,6 +322,12 @@ class Installation:
             kwargs,
             default=task_id,
             task=task.name,
+            request=TaskRequest(
+                id=task_id,
+                group=getattr(request, "group", None),
+                root_id=getattr(request, "root_id", None),
+                parent_id=getattr(request, "parent_id", None),
+            ),
         )
         return bind_run(
             run_id,
@@ -268,14 +420,27 @@ def _fail_unknown(task: Any, exc: OutcomeUnknown) -> BaseException:
     return stop
 
 
+class SettingsStep(bootsteps.Step):  # type: ignore[misc]
+    """A worker of an app whose effectq settings are incomplete or wrong does not start: the
+    :class:`~effectq.ConfigurationError` ends ``celery worker`` before it consumes a task."""
+
+    name = "effectq.settings"
+
+    def __init__(self, parent: Any, **kwargs: Any) -> None:
+        installation = getattr(parent.app, _APP_ATTRIBUTE, None)
+        if installation is not None:
+            installation.settings  # noqa: B018 - raises when they are incomplete
+        super().__init__(parent, **kwargs)
+
+
 def install(
     app: Any,
-    store: Store | str,
+    store: Store | str | None = None,
     *,
-    namespace: str = "default",
-    in_progress_countdown: float | timedelta = 5.0,
-    lease: float | timedelta = 60.0,
-    retention: float | timedelta = timedelta(days=7),
+    namespace: str | None = None,
+    in_progress_countdown: float | timedelta | None = None,
+    lease: float | timedelta | None = None,
+    retention: float | timedelta | None = None,
     **redis_options: Any,
 ) -> Installation:
     """Make every effect called inside a task of ``app`` keyed by that task.
@@ -285,30 +450,48 @@ def install(
     ``effectq_task=True`` runs its body as one effect. When a worker starts, the
     configuration is checked and each problem logged (see :func:`effectq.celery.check`).
 
+    Each argument left out is read from the app's configuration, the way Celery reads
+    its own settings: ``effectq_url``, ``effectq_namespace``, ``effectq_in_progress_countdown``,
+    ``effectq_lease``, ``effectq_retention`` and ``effectq_redis_options`` (a dict), or,
+    with ``app.config_from_object("django.conf:settings", namespace="CELERY")``,
+    ``CELERY_EFFECTQ_URL`` and so on. The store and namespace fall back to ``EFFECTQ_URL``
+    and ``EFFECTQ_NAMESPACE``. They are read when first needed: at once if the app's
+    configuration is already loaded, else when a worker starts (which refuses to start
+    without a store) or a task first runs.
+
     Args:
         app: the Celery app.
         store: an effectq store, or a ``redis://`` URL: each worker process (each
             prefork child) then builds its own connection after the fork.
-        namespace: the namespace of a store built from a URL.
+        namespace: the namespace of a store built from a URL (``default``).
         in_progress_countdown: seconds before retrying a task whose effect is in
-            flight elsewhere.
-        lease: the longest effect lease the app's effects use (for the start-up check).
-        retention: the shortest effect retention the app's effects use (for the check).
-        **redis_options: passed to :meth:`effectq.RedisStore.from_url`.
+            flight elsewhere (5).
+        lease: the longest effect lease the app's effects use, for the start-up check (60 s).
+        retention: the shortest effect retention the app's effects use, for the check (7 days).
+        **redis_options: passed to :meth:`effectq.RedisStore.from_url` (over
+            ``effectq_redis_options``).
+
+    Raises:
+        ConfigurationError: effectq is already installed on the app; or, when the app's
+            configuration is already loaded, no store is given anywhere or an option is wrong.
 
     Example:
         >>> effectq.celery.install(app, "redis://127.0.0.1:6379/0", namespace="shop")
+        >>> effectq.celery.install(app)  # settings.py: CELERY_EFFECTQ_URL = "redis://..."
     """
-    from ..options import seconds
-
     if getattr(app, _APP_ATTRIBUTE, None) is not None:
         raise ConfigurationError(f"effectq is already installed on {app!r}; uninstall() it first")
-    installation = Installation(
-        app,
-        StoreSource(store, namespace=namespace, **redis_options),
-        in_progress_countdown=seconds(in_progress_countdown, option="in_progress_countdown"),
-        check_options={"lease": lease, "retention": retention},
-    )
+    given: dict[str, Any] = {
+        "store": store,
+        "namespace": namespace,
+        "in_progress_countdown": in_progress_countdown,
+        "lease": lease,
+        "retention": retention,
+        "redis_options": redis_options,
+    }
+    installation = Installation(app, {k: v for k, v in given.items() if v is not None})
+    if app.configured:  # reading it now loads nothing: a missing store is an error here
+        installation.settings  # noqa: B018
     setattr(app, _APP_ATTRIBUTE, installation)
     installation._connect()
     return installation
