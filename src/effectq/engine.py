@@ -722,13 +722,17 @@ class _Settle:
 def _complete_later(
     call: Call, token: int, exc: BaseException, kwargs: dict[str, Any], *, unread: bool = False
 ) -> None:
-    """A completion that failed on the store: retried by the heartbeat thread until it lands.
+    """A completion that did not land: written by the heartbeat thread, retried until it lands.
 
-    ``unread``: the completion was written, but its reply was not read because the
-    caller was cancelled meanwhile; Redis most likely ran it, and writing it again
-    (the same token) only makes sure. Logged at INFO, not as a failure.
+    ``exc``: a :class:`StoreError` (the store failed: retried after a short random
+    pause), or an exception raised into the call before the completion was known to
+    have landed (a time limit, a cancellation: tried at once). ``unread``: the
+    completion was written, but its reply was not read because the caller was
+    cancelled meanwhile; Redis most likely ran it, and writing it again (the same
+    token) only makes sure. Logged at INFO, not as a failure.
     """
     store, key = call.store, call.key
+    failed = isinstance(exc, StoreError)
     if unread:
         log_complete.info(
             "effectq %s applied; its completion was written but its reply not read (the caller "
@@ -736,7 +740,7 @@ def _complete_later(
             call.effect.name,
             key,
         )
-    else:
+    elif failed:
         log_complete.error(
             "effectq %s applied but recording it failed (%s); retrying in the background. "
             "Until it lands, the next call of %s sees it in flight, then unknown.",
@@ -744,12 +748,25 @@ def _complete_later(
             exc,
             key,
         )
+    else:  # a cancellation is routine in an event loop; a time limit is worth a warning
+        log_complete.log(
+            logging.INFO if isinstance(exc, asyncio.CancelledError) else logging.WARNING,
+            "effectq %s applied; %s cut in before its completion was known to be recorded: "
+            "writing it in the background (key %s)",
+            call.effect.name,
+            describe_exception(exc, 200),
+            key,
+        )
+    refused, level = _refusal(call, token, "complete")
     heartbeat.defer(
         lambda: store.complete(key, token, **kwargs),
         f"complete of {key}",
         for_seconds=max(3600.0, call.effect.options.lease),
         store=store,
         advice=_advice(call, "The effect applied", "--applied"),
+        refused=refused,
+        refused_level=level,
+        after=None if failed and not unread else 0.0,
     )
 
 
@@ -775,6 +792,54 @@ def _log_taken_over(call: Call, token: int) -> None:
     )
 
 
+def _refusal(call: Call, token: int, what: str) -> tuple[str, int]:
+    """What it means when the store refuses ``what`` (complete, mark_unknown, release) by
+    ``token`` of ``call``'s record, and the level to log it at."""
+    name = call.effect.name
+    if what == "complete":
+        return (
+            f"{name} applied, but its claim (token {token}) was taken over or settled by someone "
+            "else meanwhile; their record stands. If it says 'not applied', or another attempt "
+            "ran the effect since, it may have applied twice: check the remote system.",
+            logging.ERROR,
+        )
+    if what == "mark_unknown":
+        return (
+            f"{name} may have applied, but its claim (token {token}) was taken over or settled by "
+            "someone else meanwhile; their record stands. If it says 'not applied', or another "
+            "attempt ran the effect since, it may have applied twice: check the remote system.",
+            logging.ERROR,
+        )
+    return (
+        f"the claim (token {token}) of {name} was released already or taken over by someone else "
+        "meanwhile; their record stands. This attempt did not apply the effect: nothing to check.",
+        logging.WARNING,
+    )
+
+
+def _write_later(
+    what: str,
+    call: Call,
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    exc: BaseException,
+) -> None:
+    """``fn(*args, **kwargs)`` (``what``: mark_unknown or release), by the heartbeat: after a
+    short random pause when the store failed (``exc`` a StoreError), at once when an exception
+    raised into the call (a time limit) cut it short."""
+    refused, level = _refusal(call, args[1], what)
+    heartbeat.defer(
+        lambda: fn(*args, **kwargs),
+        f"{what} of {call.key}",
+        store=call.store,
+        advice=_advice(call, "Check the remote system", "--applied", "--not-applied"),
+        refused=refused,
+        refused_level=level,
+        after=None if isinstance(exc, StoreError) else 0.0,
+    )
+
+
 def _write(
     what: str, call: Call, fn: Callable[..., Any], *args: Any, **kwargs: Any
 ) -> Generator[Op, Any, None]:
@@ -783,15 +848,11 @@ def _write(
         done = yield from _store(call, fn, *args, **kwargs)
     except StoreError as exc:
         log_release.error("effectq %s of %s failed (%s); retrying in the background", what, call.key, exc)
-        heartbeat.defer(
-            lambda: fn(*args, **kwargs),
-            f"{what} of {call.key}",
-            store=call.store,
-            advice=_advice(call, "Check the remote system", "--applied", "--not-applied"),
-        )
+        _write_later(what, call, fn, args, kwargs, exc)
         return
     if not done:
-        log_release.warning("effectq %s of %s: the claim was taken over meanwhile", what, call.key)
+        refused, level = _refusal(call, args[1], what)
+        log_release.log(level, "effectq %s of %s was refused: %s", what, call.key, refused)
 
 
 # -- drivers ----------------------------------------------------------------------------
