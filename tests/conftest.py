@@ -25,8 +25,7 @@ def _drop_repairs() -> None:
     """Forget the heartbeat's queued background writes (each test's stores are its own)."""
     from effectq.heartbeat import heartbeat
 
-    with heartbeat._cond:
-        heartbeat._repairs.clear()
+    heartbeat._repairs.clear()
 
 
 @pytest.fixture(autouse=True)

@@ -17,6 +17,7 @@ from pydantic import TypeAdapter, ValidationError
 from pydantic.errors import PydanticSchemaGenerationError
 
 from .errors import ConfigurationError
+from .options import is_time_limit
 from .store.base import ResultState
 
 __all__ = ["ResultCodec", "result_annotation"]
@@ -81,6 +82,8 @@ class ResultCodec:
         try:
             data = self._adapter.dump_json(value)
         except Exception as exc:
+            if is_time_limit(exc):  # the worker's, landed here: no verdict on the value
+                raise
             return None, ResultState.UNSERIALISABLE, f"{type(exc).__name__}: {exc}"[:300]
         if len(data) > limit:
             return None, ResultState.TOO_LARGE, f"{len(data)} bytes over the {limit}-byte bound"

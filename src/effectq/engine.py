@@ -51,7 +51,7 @@ from .errors import (
     describe_exception,
 )
 from .events import EventKind
-from .heartbeat import heartbeat
+from .heartbeat import Lease, heartbeat
 from .options import OnMismatch
 from .store.base import Claim, ClaimKind, ClaimRequest, ResultState, Status
 
@@ -321,7 +321,7 @@ def _claim(call: Call, first: First | None = None) -> Generator[Op, Any, tuple[C
             if not isinstance(exc, EffectqError | GeneratorExit) and not is_crash(exc):
                 # Interrupted while its reply was awaited (a cancelled task, a time limit, ^C):
                 # the claim may land all the same, with nothing to run under it.
-                _take_back_later(call, "interrupted")
+                _take_back_later(call, "interrupted", after=0.0)
             raise
         return claim, started
     raise AssertionError("unreachable")  # pragma: no cover
@@ -353,15 +353,17 @@ def _give_back(call: Call, exc: ClaimNotReplicatedError) -> Generator[Op, Any, N
     )
 
 
-def _take_back_later(call: Call, what: str) -> None:
+def _take_back_later(call: Call, what: str, after: float | None = None) -> None:
     """A claim that may have landed with nothing run under it: the heartbeat takes it back
-    (the same owner gets its grant again) and releases it, unless someone else holds the key."""
+    (the same owner gets its grant again) and releases it, unless someone else holds the key.
+    ``after``: seconds before the first try (default: a short random pause)."""
     heartbeat.defer(
         _abandon(call),
         f"release of the {what} claim of {call.key}",
         for_seconds=600.0,
         store=call.store,
         advice=_advice(call, "The effect did not run", "--not-applied"),
+        after=after,
     )
 
 
@@ -621,17 +623,39 @@ def _give_back_later(call: Call, token: int) -> None:
 
 
 def _execute(call: Call, token: int, attempt: int) -> Generator[Op, Any, Any]:
-    options = call.effect.options
-    lease = heartbeat.hold(call.store, call.key, token, options.lease_ms)
-    started = time.time_ns()
+    """Run the function under the claim ``token`` holds, then record what it did.
+
+    An exception raised into the call (a time limit) records what is true of where it
+    landed: before the function ran, the claim is given back; in the function, it is
+    the function's; after it returned, the completion is recorded all the same.
+    """
+    lease: Lease | None = None
+    invoked = False
     try:
-        value = yield InvokeOp(call.context(token, attempt, lease))
+        lease = Lease(call.store, call.key, token, call.effect.options.lease_ms)
+        heartbeat.keep(lease)
+        ctx = call.context(token, attempt, lease)
+        started = time.time_ns()
+        invoked = True
+        value = yield InvokeOp(ctx)
     except BaseException as exc:
-        yield from _failed(call, token, attempt, lease, started, exc)
+        if not invoked:
+            _give_back_unrun(call, token, lease, exc)
+            raise
+        try:
+            yield from _failed(call, token, attempt, lease, started, exc)
+        except BaseException as cut:
+            if cut is not exc:
+                _failed_later(call, token, lease, exc, cut)
+            raise
         raise  # pragma: no cover - _failed raises
-    heartbeat.drop(lease)
-    call.run.stats.executed += 1
-    _emit(call, EventKind.EXECUTED, started, attempt=attempt)
+    try:
+        heartbeat.drop(lease)
+        call.run.stats.executed += 1
+        _emit(call, EventKind.EXECUTED, started, attempt=attempt)
+    except BaseException as exc:
+        _cut_after_return(call, token, lease, value, exc)
+        raise
     yield from _record(call, token, value, attempt)
     return value
 
@@ -639,7 +663,11 @@ def _execute(call: Call, token: int, attempt: int) -> Generator[Op, Any, Any]:
 def _failed(
     call: Call, token: int, attempt: int, lease: Any, started: int, exc: BaseException
 ) -> Generator[Op, Any, None]:
-    """The function raised: record unknown or released (as its exception says), then raise it."""
+    """The function raised: record unknown or released (as its exception says), then raise it.
+
+    Its callers hand the write to the heartbeat when another exception (a time limit)
+    cuts this short: see :func:`_failed_later`.
+    """
     effect, store, key = call.effect, call.store, call.key
     options = effect.options
     heartbeat.drop(lease)
@@ -679,6 +707,29 @@ def _failed(
     raise exc
 
 
+def _failed_later(
+    call: Call, token: int, lease: Lease | None, exc: BaseException, cut: BaseException
+) -> None:
+    """The function raised ``exc``, and ``cut`` (a time limit) landed before :func:`_failed` had
+    written what it means: the write goes to the heartbeat, tried at once. (If it had landed
+    already, writing it again changes nothing.)"""
+    if lease is not None:
+        heartbeat.drop(lease)
+    if is_crash(exc) or is_crash(cut):
+        return
+    effect, store, key = call.effect, call.store, call.key
+    try:
+        maybe = effect.options.maybe_applied(exc)
+    except Exception:  # a classifier that raises: maybe applied
+        maybe = True
+    error = describe_exception(exc)
+    if maybe:
+        _write_later("mark_unknown", call, store.mark_unknown, (key, token), {"error": error}, cut)
+    else:
+        kwargs = {"error": error, "retention_ms": effect.options.retention_ms}
+        _write_later("release", call, store.release, (key, token), kwargs, cut)
+
+
 def _record(
     call: Call,
     token: int,
@@ -688,41 +739,90 @@ def _record(
     encoded: tuple[bytes | None, ResultState, str] | None = None,
 ) -> Generator[Op, Any, None]:
     """Record the result. :func:`run_sync` hands on what it did already: ``encoded``, the
-    result as the codec encoded it, and ``first``, the first completion's outcome."""
+    result as the codec encoded it, and ``first``, the first completion's outcome.
+
+    An exception raised into this (a time limit, a cancellation) before the completion
+    is known to have landed hands it to the heartbeat, tried at once, and is raised.
+    """
     effect, store, key = call.effect, call.store, call.key
     options = effect.options
-    data, state, why = encoded or effect.codec.encode(value, options.max_result_bytes)
-    if state is not ResultState.STORED:
-        log_complete.warning(
-            "effectq %s applied but its result is not recorded (%s); a replay will raise "
-            "ResultNotRecordedError (key %s)",
-            effect.name,
-            why,
-            key,
-        )
-    kwargs = {"result": data, "result_state": state, "retention_ms": options.retention_ms}
-    for pause in _COMPLETE_PAUSES:
-        taken, first = first, None
-        started = time.time_ns() if taken is None else taken.started
-        try:
-            recorded = yield from _store(call, store.complete, key, token, first=taken, **kwargs)
-        except CompletionNotReplicatedError as exc:
-            _emit(call, EventKind.COMPLETED, started, attempt=attempt, error=str(exc))
-            log_complete.error("effectq %s: %s", effect.name, exc)
-            raise CompletionNotReplicatedError(
-                key, acknowledged=exc.acknowledged, required=exc.required, name=effect.name, result=value
-            ) from None
-        except StoreError as exc:
-            if pause is not None:
-                yield SleepOp(pause)
-                continue
-            _complete_later(call, token, exc, kwargs)
+    kwargs: dict[str, Any] | None = None
+    try:
+        data, state, why = encoded or effect.codec.encode(value, options.max_result_bytes)
+        if state is not ResultState.STORED:
+            log_complete.warning(
+                "effectq %s applied but its result is not recorded (%s); a replay will raise "
+                "ResultNotRecordedError (key %s)",
+                effect.name,
+                why,
+                key,
+            )
+        kwargs = {"result": data, "result_state": state, "retention_ms": options.retention_ms}
+        for pause in _COMPLETE_PAUSES:
+            taken, first = first, None
+            started = time.time_ns() if taken is None else taken.started
+            try:
+                recorded = yield from _store(call, store.complete, key, token, first=taken, **kwargs)
+            except CompletionNotReplicatedError as exc:
+                _emit(call, EventKind.COMPLETED, started, attempt=attempt, error=str(exc))
+                log_complete.error("effectq %s: %s", effect.name, exc)
+                raise CompletionNotReplicatedError(
+                    key, acknowledged=exc.acknowledged, required=exc.required, name=effect.name, result=value
+                ) from None
+            except StoreError as exc:
+                if pause is not None:
+                    yield SleepOp(pause)
+                    continue
+                _complete_later(call, token, exc, kwargs)
+                return
+            if not recorded:
+                _log_taken_over(call, token)
+            else:
+                _emit(call, EventKind.COMPLETED, started, attempt=attempt, error=why)
             return
-        if not recorded:
-            _log_taken_over(call, token)
-        else:
-            _emit(call, EventKind.COMPLETED, started, attempt=attempt, error=why)
+    except BaseException as cut:
+        if is_crash(cut) or isinstance(cut, EffectqError):
+            raise
+        _complete_later(call, token, cut, kwargs or _completion(call, value))
+        raise
+
+
+def _completion(call: Call, value: Any) -> dict[str, Any]:
+    """``complete``'s keyword arguments for ``value``."""
+    options = call.effect.options
+    data, state, _ = call.effect.codec.encode(value, options.max_result_bytes)
+    return {"result": data, "result_state": state, "retention_ms": options.retention_ms}
+
+
+def _give_back_unrun(call: Call, token: int, lease: Lease | None, exc: BaseException) -> None:
+    """Granted, then an exception raised into the call before the function ran (a time limit):
+    nothing ran under the claim, so it is released, by the heartbeat at once (no round trip
+    here, where another interruption could cut it), and the next call applies the effect."""
+    if lease is not None:
+        heartbeat.drop(lease)
+    if is_crash(exc):
         return
+    store, key = call.store, call.key
+    log_release.info(
+        "effectq %s: %s before it ran; its claim is given back (key %s)",
+        call.effect.name,
+        describe_exception(exc),
+        key,
+    )
+    kwargs = {
+        "error": f"{describe_exception(exc, 200)} before it ran; never run",
+        "retention_ms": call.effect.options.retention_ms,
+    }
+    _write_later("release", call, store.release, (key, token), kwargs, exc)
+
+
+def _cut_after_return(call: Call, token: int, lease: Lease | None, value: Any, exc: BaseException) -> None:
+    """The function returned, then an exception raised into the call (a time limit) before its
+    completion was written: the completion goes to the heartbeat, tried at once."""
+    if lease is not None:
+        heartbeat.drop(lease)
+    if not is_crash(exc):
+        _complete_later(call, token, exc, _completion(call, value))
 
 
 class _Settle:
@@ -771,13 +871,17 @@ class _Settle:
 def _complete_later(
     call: Call, token: int, exc: BaseException, kwargs: dict[str, Any], *, unread: bool = False
 ) -> None:
-    """A completion that failed on the store: retried by the heartbeat thread until it lands.
+    """A completion that did not land: written by the heartbeat thread, retried until it lands.
 
-    ``unread``: the completion was written, but its reply was not read because the
-    caller was cancelled meanwhile; Redis most likely ran it, and writing it again
-    (the same token) only makes sure. Logged at INFO, not as a failure.
+    ``exc``: a :class:`StoreError` (the store failed: retried after a short random
+    pause), or an exception raised into the call before the completion was known to
+    have landed (a time limit, a cancellation: tried at once). ``unread``: the
+    completion was written, but its reply was not read because the caller was
+    cancelled meanwhile; Redis most likely ran it, and writing it again (the same
+    token) only makes sure. Logged at INFO, not as a failure.
     """
     store, key = call.store, call.key
+    failed = isinstance(exc, StoreError)
     if unread:
         log_complete.info(
             "effectq %s applied; its completion was written but its reply not read (the caller "
@@ -785,7 +889,7 @@ def _complete_later(
             call.effect.name,
             key,
         )
-    else:
+    elif failed:
         log_complete.error(
             "effectq %s applied but recording it failed (%s); retrying in the background. "
             "Until it lands, the next call of %s sees it in flight, then unknown.",
@@ -793,12 +897,25 @@ def _complete_later(
             exc,
             key,
         )
+    else:  # a cancellation is routine in an event loop; a time limit is worth a warning
+        log_complete.log(
+            logging.INFO if isinstance(exc, asyncio.CancelledError) else logging.WARNING,
+            "effectq %s applied; %s cut in before its completion was known to be recorded: "
+            "writing it in the background (key %s)",
+            call.effect.name,
+            describe_exception(exc, 200),
+            key,
+        )
+    refused, level = _refusal(call, token, "complete")
     heartbeat.defer(
         lambda: store.complete(key, token, **kwargs),
         f"complete of {key}",
         for_seconds=max(3600.0, call.effect.options.lease),
         store=store,
         advice=_advice(call, "The effect applied", "--applied"),
+        refused=refused,
+        refused_level=level,
+        after=None if failed and not unread else 0.0,
     )
 
 
@@ -824,6 +941,54 @@ def _log_taken_over(call: Call, token: int) -> None:
     )
 
 
+def _refusal(call: Call, token: int, what: str) -> tuple[str, int]:
+    """What it means when the store refuses ``what`` (complete, mark_unknown, release) by
+    ``token`` of ``call``'s record, and the level to log it at."""
+    name = call.effect.name
+    if what == "complete":
+        return (
+            f"{name} applied, but its claim (token {token}) was taken over or settled by someone "
+            "else meanwhile; their record stands. If it says 'not applied', or another attempt "
+            "ran the effect since, it may have applied twice: check the remote system.",
+            logging.ERROR,
+        )
+    if what == "mark_unknown":
+        return (
+            f"{name} may have applied, but its claim (token {token}) was taken over or settled by "
+            "someone else meanwhile; their record stands. If it says 'not applied', or another "
+            "attempt ran the effect since, it may have applied twice: check the remote system.",
+            logging.ERROR,
+        )
+    return (
+        f"the claim (token {token}) of {name} was released already or taken over by someone else "
+        "meanwhile; their record stands. This attempt did not apply the effect: nothing to check.",
+        logging.WARNING,
+    )
+
+
+def _write_later(
+    what: str,
+    call: Call,
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    exc: BaseException,
+) -> None:
+    """``fn(*args, **kwargs)`` (``what``: mark_unknown or release), by the heartbeat: after a
+    short random pause when the store failed (``exc`` a StoreError), at once when an exception
+    raised into the call (a time limit) cut it short."""
+    refused, level = _refusal(call, args[1], what)
+    heartbeat.defer(
+        lambda: fn(*args, **kwargs),
+        f"{what} of {call.key}",
+        store=call.store,
+        advice=_advice(call, "Check the remote system", "--applied", "--not-applied"),
+        refused=refused,
+        refused_level=level,
+        after=None if isinstance(exc, StoreError) else 0.0,
+    )
+
+
 def _write(
     what: str, call: Call, fn: Callable[..., Any], *args: Any, **kwargs: Any
 ) -> Generator[Op, Any, None]:
@@ -832,15 +997,11 @@ def _write(
         done = yield from _store(call, fn, *args, **kwargs)
     except StoreError as exc:
         log_release.error("effectq %s of %s failed (%s); retrying in the background", what, call.key, exc)
-        heartbeat.defer(
-            lambda: fn(*args, **kwargs),
-            f"{what} of {call.key}",
-            store=call.store,
-            advice=_advice(call, "Check the remote system", "--applied", "--not-applied"),
-        )
+        _write_later(what, call, fn, args, kwargs, exc)
         return
     if not done:
-        log_release.warning("effectq %s of %s: the claim was taken over meanwhile", what, call.key)
+        refused, level = _refusal(call, args[1], what)
+        log_release.log(level, "effectq %s of %s was refused: %s", what, call.key, refused)
 
 
 # -- drivers ----------------------------------------------------------------------------
@@ -915,15 +1076,84 @@ def run_sync(call: Call, invoke: Callable[[EffectContext], Any]) -> Any:
     the call. Anything else (a run's prefetch, in flight, unknown, reconcile, a store
     error, a function that raises, a result that is not recorded or a claim taken
     over) hands what it has to the procedure's own step, which carries on from there.
+
+    An exception raised into the call wherever it is (a worker's time limit, from a
+    signal handler) records what is true of where it landed, then is raised: during
+    the claim, the claim is taken back; once granted, before the function ran, it is
+    given back; in the function, it is the function's; after the function returned,
+    the completion is recorded all the same. ``stage`` says where the call is.
     """
     if call.run.prefetched is not None:
         return drive_sync(procedure(call), invoke)[0]
     store, key = call.store, call.key
     started = time.time_ns()
+    claim: Claim | None = None
+    lease: Lease | None = None
+    stage = 0  # 0 claiming, 1 granted, 2 invoked, 3 returned, 4 its completion's fate in hand
     try:
         claim = store.claim(key, call.request)
+        if claim.kind is ClaimKind.CLAIMED and not claim.error:
+            stage = 1
+            token, attempt = claim.token, claim.attempt
+            options = call.effect.options
+            lease = Lease(store, key, token, options.lease_ms)
+            heartbeat.keep(lease)
+            _emit(call, EventKind.CLAIMED, started, attempt=attempt)
+            ctx = call.context(token, attempt, lease)
+            started = time.time_ns()
+            stage = 2
+            value = invoke(ctx)
+            stage = 3
+            heartbeat.drop(lease)
+            call.run.stats.executed += 1
+            _emit(call, EventKind.EXECUTED, started, attempt=attempt)
+            encoded = data, state, why = call.effect.codec.encode(value, options.max_result_bytes)
+            if state is not ResultState.STORED:  # stage 3 still: _record may be cut before its guard
+                drive_sync(_record(call, token, value, attempt, encoded=encoded), invoke)
+                return value
+            complete_soon = getattr(type(store), "complete_soon", None)
+            if complete_soon is not None and call.run.thread == threading.get_ident():
+                settle = _Settle(call, token, attempt, encoded)
+                if complete_soon(
+                    store,
+                    key,
+                    token,
+                    settle,
+                    result=data,
+                    result_state=state,
+                    retention_ms=options.retention_ms,
+                ):
+                    stage = 4
+                    if settle.context is not None:
+                        settle.written = time.time_ns()
+                    # its reply is read by the next script on that connection, or at the run's end
+                    return value
+            started = time.time_ns()
+            stage = 4
+            try:
+                recorded = store.complete(
+                    key, token, result=data, result_state=state, retention_ms=options.retention_ms
+                )
+            except BaseException as exc:
+                drive_sync(_record(call, token, value, attempt, First(started, error=exc), encoded), invoke)
+                return value
+            if not recorded:
+                drive_sync(_record(call, token, value, attempt, First(started, recorded), encoded), invoke)
+                return value
+            _emit(call, EventKind.COMPLETED, started, attempt=attempt, error=why)
+            return value
     except BaseException as exc:
-        return drive_sync(procedure(call, First(started, error=exc)), invoke)[0]
+        if claim is None:  # the claim's round trip failed, or was cut short
+            return drive_sync(procedure(call, First(started, error=exc)), invoke)[0]
+        try:
+            _interrupted(call, claim, stage, lease, exc, value if stage == 3 else None)
+            if stage == 2:
+                drive_sync(_failed(call, claim.token, claim.attempt, lease, started, exc), invoke)
+        except BaseException as cut:
+            if cut is not exc and stage == 2:  # a time limit, as the function's exception is recorded
+                _failed_later(call, claim.token, lease, exc, cut)
+            raise
+        raise
     kind = claim.kind
     if kind is ClaimKind.COMPLETED:
         value = _replay(call, claim)
@@ -931,63 +1161,44 @@ def run_sync(call: Call, invoke: Callable[[EffectContext], Any]) -> Any:
         if claim.prefetch_hint is not None:
             drive_sync(_prefetch(call, claim.prefetch_hint), invoke)
         return value
-    if kind is not ClaimKind.CLAIMED or claim.error:
-        return drive_sync(procedure(call, First(started, claim)), invoke)[0]
-    token, attempt = claim.token, claim.attempt
-    _emit(call, EventKind.CLAIMED, started, attempt=attempt)
-    options = call.effect.options
-    lease = heartbeat.hold(store, key, token, options.lease_ms)
-    started = time.time_ns()
-    try:
-        value = invoke(call.context(token, attempt, lease))
-    except BaseException as exc:
-        drive_sync(_failed(call, token, attempt, lease, started, exc), invoke)
-        raise  # pragma: no cover - _failed raises
-    heartbeat.drop(lease)
-    call.run.stats.executed += 1
-    _emit(call, EventKind.EXECUTED, started, attempt=attempt)
-    encoded = data, state, why = call.effect.codec.encode(value, options.max_result_bytes)
-    if state is not ResultState.STORED:
-        drive_sync(_record(call, token, value, attempt, encoded=encoded), invoke)
-        return value
-    complete_soon = getattr(type(store), "complete_soon", None)
-    if complete_soon is not None and call.run.thread == threading.get_ident():
-        settle = _Settle(call, token, attempt, encoded)
-        if complete_soon(
-            store, key, token, settle, result=data, result_state=state, retention_ms=options.retention_ms
-        ):
-            if settle.context is not None:
-                settle.written = time.time_ns()
-            return value  # its reply is read by the next script on that connection, or at the run's end
-    started = time.time_ns()
-    try:
-        recorded = store.complete(
-            key, token, result=data, result_state=state, retention_ms=options.retention_ms
-        )
-    except BaseException as exc:
-        drive_sync(_record(call, token, value, attempt, First(started, error=exc), encoded), invoke)
-        return value
-    if not recorded:
-        drive_sync(_record(call, token, value, attempt, First(started, recorded), encoded), invoke)
-        return value
-    _emit(call, EventKind.COMPLETED, started, attempt=attempt, error=why)
-    return value
+    return drive_sync(procedure(call, First(started, claim)), invoke)[0]
+
+
+def _interrupted(
+    call: Call, claim: Claim, stage: int, lease: Lease | None, exc: BaseException, value: Any
+) -> None:
+    """What an exception raised into :func:`run_sync` or :func:`run_async` at ``stage`` leaves
+    to record, the function's own exception (stage 2) aside: see :func:`run_sync`."""
+    if stage == 1 or (stage == 0 and claim.kind is ClaimKind.CLAIMED and not claim.error):
+        _give_back_unrun(call, claim.token, lease, exc)
+    elif stage == 3 and not isinstance(exc, EffectqError):  # not _record's own (not replicated)
+        _cut_after_return(call, claim.token, lease, value, exc)
 
 
 def drive_sync(proc: Generator[Op, Any, _T], invoke: Callable[[EffectContext], Any]) -> _T:
-    """Run the procedure, calling store primitives and the function directly."""
+    """Run the procedure, calling store primitives and the function directly.
+
+    An exception raised into the driver itself (a time limit, from a signal handler),
+    between two of the procedure's steps, is thrown into the procedure where it waits,
+    as if the operation it waits for had raised it: its step records what is true.
+    """
     value: Any = None
     error: BaseException | None = None
     while True:
         try:
-            op = proc.send(value) if error is None else proc.throw(error)
+            while True:
+                op = proc.send(value) if error is None else proc.throw(error)
+                value = error = None
+                try:
+                    value = invoke(op.ctx) if isinstance(op, InvokeOp) else run_op_sync(op)
+                except BaseException as exc:
+                    error = exc
         except StopIteration as stop:
             return stop.value  # type: ignore[no-any-return]
-        value = error = None
-        try:
-            value = invoke(op.ctx) if isinstance(op, InvokeOp) else run_op_sync(op)
         except BaseException as exc:
-            error = exc
+            if inspect.getgeneratorstate(proc) == inspect.GEN_CLOSED:  # the procedure's own outcome
+                raise
+            value, error = None, exc
 
 
 def _reconcile_sync(op: ReconcileOp) -> Any:
@@ -1033,7 +1244,9 @@ async def run_async(call: Call, invoke: Callable[[EffectContext], Awaitable[Any]
     generator frames. Inside a run its task entered (``async with``), the
     completion is written and not waited for: its reply is read by the task's
     next script on the store, or when the run ends. Anything else carries on in
-    the procedure, as every call on a store without twins does.
+    the procedure, as every call on a store without twins does. An exception raised
+    into the call (a cancellation, a signal handler's) records what is true of where
+    it landed, as in :func:`run_sync`.
     """
     store, key = call.store, call.key
     twins = getattr(store, "async_twins", None) if hasattr(type(store), "async_twins") else None
@@ -1041,10 +1254,71 @@ async def run_async(call: Call, invoke: Callable[[EffectContext], Awaitable[Any]
     if claim_twin is None or call.run.prefetched is not None:
         return (await drive_async(procedure(call), invoke))[0]
     started = time.time_ns()
+    claim: Claim | None = None
+    lease: Lease | None = None
+    stage = 0  # 0 claiming, 1 granted, 2 invoked, 3 returned, 4 its completion's fate in hand
     try:
         claim = await claim_twin(key, call.request)
+        if claim.kind is ClaimKind.CLAIMED and not claim.error:
+            stage = 1
+            token, attempt = claim.token, claim.attempt
+            options = call.effect.options
+            lease = Lease(store, key, token, options.lease_ms)
+            heartbeat.keep(lease)
+            _emit(call, EventKind.CLAIMED, started, attempt=attempt)
+            ctx = call.context(token, attempt, lease)
+            started = time.time_ns()
+            stage = 2
+            value = await invoke(ctx)
+            stage = 3
+            heartbeat.drop(lease)
+            call.run.stats.executed += 1
+            _emit(call, EventKind.EXECUTED, started, attempt=attempt)
+            encoded = data, state, why = call.effect.codec.encode(value, options.max_result_bytes)
+            complete_twin = twins.get("complete") if twins else None
+            if state is not ResultState.STORED or complete_twin is None:  # stage 3 still, as above
+                await drive_async(_record(call, token, value, attempt, encoded=encoded), invoke)
+                return value
+            post = twins.get("complete_soon") if twins else None
+            if post is not None and call.run.task is not None and call.run.task is asyncio.current_task():
+                settle = _Settle(call, token, attempt, encoded)
+                if post(
+                    key, token, settle, result=data, result_state=state, retention_ms=options.retention_ms
+                ):
+                    stage = 4
+                    if settle.context is not None:
+                        settle.written = time.time_ns()
+                    # its reply is read by the task's next script on the store, or at the run's end
+                    return value
+            started = time.time_ns()
+            stage = 4
+            try:
+                recorded = await complete_twin(
+                    key, token, result=data, result_state=state, retention_ms=options.retention_ms
+                )
+            except BaseException as exc:
+                first = First(started, error=exc)
+                await drive_async(_record(call, token, value, attempt, first, encoded), invoke)
+                return value
+            if not recorded:
+                await drive_async(
+                    _record(call, token, value, attempt, First(started, recorded), encoded), invoke
+                )
+                return value
+            _emit(call, EventKind.COMPLETED, started, attempt=attempt, error=why)
+            return value
     except BaseException as exc:
-        return (await drive_async(procedure(call, First(started, error=exc)), invoke))[0]
+        if claim is None:  # the claim's round trip failed, or was cut short
+            return (await drive_async(procedure(call, First(started, error=exc)), invoke))[0]
+        try:
+            _interrupted(call, claim, stage, lease, exc, value if stage == 3 else None)
+            if stage == 2:
+                await drive_async(_failed(call, claim.token, claim.attempt, lease, started, exc), invoke)
+        except BaseException as cut:
+            if cut is not exc and stage == 2:  # cancelled, as the function's exception is recorded
+                _failed_later(call, claim.token, lease, exc, cut)
+            raise
+        raise
     kind = claim.kind
     if kind is ClaimKind.COMPLETED:
         value = _replay(call, claim)
@@ -1052,65 +1326,35 @@ async def run_async(call: Call, invoke: Callable[[EffectContext], Awaitable[Any]
         if claim.prefetch_hint is not None:
             await drive_async(_prefetch(call, claim.prefetch_hint), invoke)
         return value
-    if kind is not ClaimKind.CLAIMED or claim.error:
-        return (await drive_async(procedure(call, First(started, claim)), invoke))[0]
-    token, attempt = claim.token, claim.attempt
-    _emit(call, EventKind.CLAIMED, started, attempt=attempt)
-    options = call.effect.options
-    lease = heartbeat.hold(store, key, token, options.lease_ms)
-    started = time.time_ns()
-    try:
-        value = await invoke(call.context(token, attempt, lease))
-    except BaseException as exc:
-        await drive_async(_failed(call, token, attempt, lease, started, exc), invoke)
-        raise  # pragma: no cover - _failed raises
-    heartbeat.drop(lease)
-    call.run.stats.executed += 1
-    _emit(call, EventKind.EXECUTED, started, attempt=attempt)
-    encoded = data, state, why = call.effect.codec.encode(value, options.max_result_bytes)
-    complete_twin = twins.get("complete") if twins else None
-    if state is not ResultState.STORED or complete_twin is None:
-        await drive_async(_record(call, token, value, attempt, encoded=encoded), invoke)
-        return value
-    post = twins.get("complete_soon") if twins else None
-    if post is not None and call.run.task is not None and call.run.task is asyncio.current_task():
-        settle = _Settle(call, token, attempt, encoded)
-        if post(key, token, settle, result=data, result_state=state, retention_ms=options.retention_ms):
-            if settle.context is not None:
-                settle.written = time.time_ns()
-            return value  # its reply is read by the task's next script on the store, or at the run's end
-    started = time.time_ns()
-    try:
-        recorded = await complete_twin(
-            key, token, result=data, result_state=state, retention_ms=options.retention_ms
-        )
-    except BaseException as exc:
-        await drive_async(_record(call, token, value, attempt, First(started, error=exc), encoded), invoke)
-        return value
-    if not recorded:
-        await drive_async(_record(call, token, value, attempt, First(started, recorded), encoded), invoke)
-        return value
-    _emit(call, EventKind.COMPLETED, started, attempt=attempt, error=why)
-    return value
+    return (await drive_async(procedure(call, First(started, claim)), invoke))[0]
 
 
 async def drive_async(proc: Generator[Op, Any, _T], invoke: Callable[[EffectContext], Any]) -> _T:
-    """Run the procedure in an event loop: store calls in a worker thread, waits as awaits."""
+    """Run the procedure in an event loop: store calls in a worker thread, waits as awaits.
+
+    An exception raised into the driver itself between two of the procedure's steps is
+    thrown into the procedure where it waits, as :func:`drive_sync` does.
+    """
     value: Any = None
     error: BaseException | None = None
     while True:
         try:
-            op = proc.send(value) if error is None else proc.throw(error)
+            while True:
+                op = proc.send(value) if error is None else proc.throw(error)
+                value = error = None
+                try:
+                    if isinstance(op, InvokeOp):
+                        value = await invoke(op.ctx)
+                    else:
+                        value = await run_op_async(op)
+                except BaseException as exc:
+                    error = exc
         except StopIteration as stop:
             return stop.value  # type: ignore[no-any-return]
-        value = error = None
-        try:
-            if isinstance(op, InvokeOp):
-                value = await invoke(op.ctx)
-            else:
-                value = await run_op_async(op)
         except BaseException as exc:
-            error = exc
+            if inspect.getgeneratorstate(proc) == inspect.GEN_CLOSED:  # the procedure's own outcome
+                raise
+            value, error = None, exc
 
 
 async def _reconcile_async(op: ReconcileOp) -> Any:
