@@ -101,10 +101,6 @@ def test_a_time_limit_at_random_moments_leaves_no_record_wrong(
     assert report["applied"] > CALLS // 4, report
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="procedure() hands a claim granted after a wait to _execute through code no guard covers yet",
-)
 def test_a_time_limit_between_a_claim_granted_after_a_wait_and_the_function_gives_the_claim_back(
     redis_store: effectq.RedisStore, onlooker: effectq.RedisStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:

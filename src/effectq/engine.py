@@ -401,71 +401,88 @@ def procedure(call: Call, first: First | None = None) -> Procedure:
             value = _replay(call, found)
             _emit(call, EventKind.REPLAYED, started, attempt=found.attempt)
             return value, False
+    granted: int | None = None  # the token of a grant nothing has run under yet
     try:
-        while True:
-            claim, started = yield from _claim(call, first)
-            first = None
-            kind = claim.kind
-            if kind is not ClaimKind.IN_FLIGHT and waiting_since is not None:
-                _emit(call, EventKind.WAITED, waiting_since)
-                waiting_since = None
-            if kind is ClaimKind.COMPLETED:
-                value = _replay(call, claim)
-                _emit(call, EventKind.REPLAYED, started, attempt=claim.attempt)
-                if claim.prefetch_hint is not None:
-                    yield from _prefetch(call, claim.prefetch_hint)
-                return value, False
-            if kind is ClaimKind.CLAIMED:
-                token, attempt = claim.token, claim.attempt
-                _emit(call, EventKind.CLAIMED, started, attempt=attempt)
-                break
-            if kind is ClaimKind.RECONCILE:
-                found = yield from _reconcile(call, claim)
-                if found is not _NOT_FOUND:
-                    return found, False
-                attempt = yield from _dispatch(call, claim.token)
-                if not attempt:
-                    log_reconcile.warning("effectq lost the claim of %s after reconcile; looking again", key)
+        try:
+            while True:
+                claim, started = yield from _claim(call, first)
+                if claim.kind is ClaimKind.CLAIMED:
+                    granted = claim.token
+                first = None
+                kind = claim.kind
+                if kind is not ClaimKind.IN_FLIGHT and waiting_since is not None:
+                    _emit(call, EventKind.WAITED, waiting_since)
+                    waiting_since = None
+                if kind is ClaimKind.COMPLETED:
+                    value = _replay(call, claim)
+                    _emit(call, EventKind.REPLAYED, started, attempt=claim.attempt)
+                    if claim.prefetch_hint is not None:
+                        yield from _prefetch(call, claim.prefetch_hint)
+                    return value, False
+                if kind is ClaimKind.CLAIMED:
+                    token, attempt = claim.token, claim.attempt
+                    _emit(call, EventKind.CLAIMED, started, attempt=attempt)
+                    break
+                if kind is ClaimKind.RECONCILE:
+                    found = yield from _reconcile(call, claim)
+                    if found is not _NOT_FOUND:
+                        return found, False
+                    attempt = yield from _dispatch(call, claim.token)
+                    if not attempt:
+                        log_reconcile.warning(
+                            "effectq lost the claim of %s after reconcile; looking again", key
+                        )
+                        continue
+                    token = granted = claim.token
+                    _emit(call, EventKind.CLAIMED, started, attempt=attempt)
+                    break
+                if kind is ClaimKind.IN_FLIGHT:
+                    if waiting_since is None:
+                        waiting_since = started
+                        call.run.stats.waited += 1
+                        log_wait.debug("effectq %s in flight (holder %s); waiting", key, claim.owner)
+                    waited = (time.time_ns() - waiting_since) / 1e9
+                    remaining = options.wait - waited
+                    if remaining <= 0:
+                        call.run.stats.failed += 1
+                        _emit(call, EventKind.IN_PROGRESS, waiting_since, error=claim.owner)
+                        raise InProgress(key, name=effect.name, waited=waited, owner=claim.owner)
+                    if watch is None:  # subscribe, then look again: no notification is missed
+                        watch = yield WatchOp(store, key)
+                        continue
+                    yield BlockOp(watch, min(remaining, claim.lease_ms / 1000.0 + 0.05, MAX_BLOCK))
                     continue
-                token = claim.token
-                _emit(call, EventKind.CLAIMED, started, attempt=attempt)
-                break
-            if kind is ClaimKind.IN_FLIGHT:
-                if waiting_since is None:
-                    waiting_since = started
-                    call.run.stats.waited += 1
-                    log_wait.debug("effectq %s in flight (holder %s); waiting", key, claim.owner)
-                waited = (time.time_ns() - waiting_since) / 1e9
-                remaining = options.wait - waited
-                if remaining <= 0:
-                    call.run.stats.failed += 1
-                    _emit(call, EventKind.IN_PROGRESS, waiting_since, error=claim.owner)
-                    raise InProgress(key, name=effect.name, waited=waited, owner=claim.owner)
-                if watch is None:  # subscribe, then look again: no notification is missed
-                    watch = yield WatchOp(store, key)
-                    continue
-                yield BlockOp(watch, min(remaining, claim.lease_ms / 1000.0 + 0.05, MAX_BLOCK))
-                continue
-            # UNKNOWN: may have applied, and this caller may neither reconcile nor replay.
-            call.run.stats.failed += 1
-            _emit(call, EventKind.UNKNOWN, started, attempt=claim.attempt, error=claim.error)
-            raise OutcomeUnknown(
+                # UNKNOWN: may have applied, and this caller may neither reconcile nor replay.
+                call.run.stats.failed += 1
+                _emit(call, EventKind.UNKNOWN, started, attempt=claim.attempt, error=claim.error)
+                raise OutcomeUnknown(
+                    key,
+                    name=effect.name,
+                    reason=claim.error,
+                    record=None,
+                    namespace=store.namespace,
+                )
+        finally:
+            if watch is not None:
+                watch.close()
+        if claim.status is Status.DISPATCHED and claim.kind is ClaimKind.CLAIMED and claim.error:
+            log_unknown.warning(
+                "effectq re-executing %s after an unknown outcome (%s): it is declared replay-safe "
+                "(safe to repeat, or deduped by its idempotency key)",
                 key,
-                name=effect.name,
-                reason=claim.error,
-                record=None,
-                namespace=store.namespace,
+                claim.error,
             )
-    finally:
-        if watch is not None:
-            watch.close()
-    if claim.status is Status.DISPATCHED and claim.kind is ClaimKind.CLAIMED and claim.error:
-        log_unknown.warning(
-            "effectq re-executing %s after an unknown outcome (%s): it is declared replay-safe "
-            "(safe to repeat, or deduped by its idempotency key)",
-            key,
-            claim.error,
-        )
+    except BaseException as exc:
+        if granted is None:
+            raise
+        # Cut between the grant and the function (a time limit): nothing ran under it. A
+        # re-dispatched unknown goes back to unknown (as _give_back does); any other is released.
+        if claim.error and not is_crash(exc):
+            error = {"error": claim.error}
+            _write_later("mark_unknown", call, store.mark_unknown, (key, granted), error, exc)
+        else:
+            _give_back_unrun(call, granted, None, exc)
+        raise
     return (yield from _execute(call, token, attempt)), True
 
 
