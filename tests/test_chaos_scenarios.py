@@ -205,6 +205,16 @@ def test_dramatiq_retries(tmp_path: Path) -> None:
     _bites(_run(options, effectq=False))
 
 
+def test_dramatiq_time_limit(tmp_path: Path) -> None:
+    """A time limit landing inside an effect, before or after its side effect: reconcile tells which."""
+    options = _options("dramatiq-time-limit", tmp_path)
+    report = _run(options)
+    _passes(report)
+    assert report.time_limits >= options.tasks and report.kills == 0
+    assert report.reconciled > 0  # the interrupted effects that had applied were found, not repeated
+    _bites(_run(options, effectq=False))
+
+
 def test_redis_pause(tmp_path: Path) -> None:
     """The store's Redis frozen past the lease while effects are in flight, under SIGKILLs: once each."""
     report = _run(_options("redis-pause", tmp_path))

@@ -122,6 +122,9 @@ class Options:
         grace: seconds a warm shutdown (SIGTERM) may take before the worker is SIGKILLed.
         store_pause: freeze the store's own redis-server (SIGSTOP) past the lease every this many
             seconds, then resume it.
+        late: ``"INDEX:SECONDS[:EVERY]"``: the first execution of tasks 1, 1 + EVERY... spends
+            SECONDS in effect INDEX after its side effect.
+        time_limit: the Dramatiq actors' time limit in seconds (0: ten minutes).
         progress: seconds between two progress lines (0: none; they go to :func:`run_chaos`'s
             ``progress`` callback).
         stall: seconds without any event after which the unfinished tasks are sent again.
@@ -159,6 +162,8 @@ class Options:
     target: str = "any"
     grace: float = 2.0
     store_pause: float | None = None
+    late: str = ""
+    time_limit: float = 0.0
     progress: float = 0.0
     stall: float = STALL
 
@@ -199,6 +204,7 @@ class Report:
         copies: executions that started while another execution of the same task still ran.
         retries: executions that were a retry (``self.retry``, autoretry, effectq's in-flight retry).
         retry_asks: retries the tasks asked for.
+        time_limits: executions a time limit interrupted.
         finished: tasks that finished.
         replayed: effects the finishing deliveries replayed from the record.
         reconciled: effects the finishing deliveries found applied by asking the ledger.
@@ -229,6 +235,7 @@ class Report:
     copies: int = 0
     retries: int = 0
     retry_asks: int = 0
+    time_limits: int = 0
     finished: int = 0
     replayed: int = 0
     reconciled: int = 0
@@ -301,6 +308,7 @@ class Report:
             "copies": self.copies,
             "retries": self.retries,
             "retry_asks": self.retry_asks,
+            "time_limits": self.time_limits,
             "applications": self.verdict.applications if self.verdict else 0,
             "duplicates": self.duplicates,
             "missing": self.missing,
@@ -313,6 +321,10 @@ class Report:
             "elapsed": round(self.elapsed, 3),
             "timed_out": self.timed_out,
             "conclusion": self.conclusion(),
+            "evidence": [
+                {"identity": a.identity, "key": a.idempotency_key, "token": a.token, "pid": a.pid, "at": a.at}
+                for a in self.evidence
+            ],
         }
 
     def _faults(self) -> str:
@@ -329,15 +341,18 @@ class Report:
                             ("connection cut every", o.cut)):  # fmt: skip
             if value:
                 faults.append(f"{name} {value:g}s")
-        if o.slow:
-            index, seconds, every = [*o.slow.split(":"), "1"][:3]
-            which = "each task" if every == "1" else f"one task in {every}"
-            faults.append(f"the first run of {which} spends {seconds}s in effect {index}")
+        for spec, where in ((o.slow, "before"), (o.late, "after")):
+            if spec:
+                index, seconds, every = [*spec.split(":"), "1"][:3]
+                which = "each task" if every == "1" else f"one task in {every}"
+                faults.append(f"first run of {which}: {seconds}s in effect {index} {where} its side effect")
+        if o.time_limit:
+            faults.append(f"time limit {o.time_limit:g}s")
         if o.countdown:
             faults.append(f"countdown {o.countdown:g}s")
         if o.retry_after:
             faults.append(f"retry ({o.retry or 'at once'}) after effect {o.retry_after}")
-        if o.visibility or o.slow or o.countdown:
+        if o.configuration.endswith("redis") and (o.visibility or o.slow or o.countdown):
             faults.append(f"visibility {o.broker_visibility:g}s")
         if o.faults:
             faults.append(f"injected {o.faults}")
@@ -375,6 +390,7 @@ class Report:
             ("redeliveries", f"{self.redeliveries} ({self.deliveries} task executions started)"),
             ("copies", f"{self.copies} executions began while another of the same task still ran"),
             ("retries", f"{self.retries} executions were retries ({self.retry_asks} asked by the tasks)"),
+            ("time limits", f"{self.time_limits} executions interrupted by their time limit"),
             ("applications", str(self.verdict.applications if self.verdict else 0)),
             ("duplicates", str(self.duplicates)),
             ("missing", str(self.missing)),
@@ -462,6 +478,8 @@ def run_chaos(options: Options, progress: Callable[[str], None] | None = None) -
             slow=options.slow,
             inside=options.inside,
             retry=options.retry,
+            late=options.late,
+            time_limit=options.time_limit,
         )
         with _answering(broker_url, "the broker"):
             producer = Producer(config)
@@ -487,7 +505,7 @@ def run_chaos(options: Options, progress: Callable[[str], None] | None = None) -
             )
             for i in range(options.workers)
         ]
-        idle = [
+        idle: list[WorkerProcess] = [
             _IdleWorker(worker_config, f"idle{i}", log_dir=log_dir)
             for i in range(options.idle_workers if queue_kind == "celery" else 0)
         ]
@@ -685,6 +703,8 @@ class _Chaos:
                 report.retry_asks += 1
             elif kind == "wrong":
                 report.wrong += 1
+            elif kind == "time_limit":
+                report.time_limits += 1
 
     def _tend(self, workers: list[WorkerProcess], idle: list[WorkerProcess], now: float) -> None:
         """Resume the paused, finish the shutdowns, restart the dead."""

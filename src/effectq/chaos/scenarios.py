@@ -165,13 +165,27 @@ SCENARIOS: dict[str, Scenario] = {
             "long": {"tasks": 500, "effects": 4, "workers": 3, "timeout": 1200.0},
         },
     ),
+    "dramatiq-time-limit": Scenario(
+        "dramatiq-rabbitmq",
+        "Dramatiq actors with a 1.5 s time limit; the first run of even messages spends 4 s in "
+        "their second effect before its side effect, odd ones after it: the time limit lands "
+        "there; the Retries middleware retries them; no kills",
+        "an actor outrunning its time_limit inside a slow call: TimeLimitExceeded interrupts it "
+        "before or after the remote side applied, and only asking the remote side (a reconcile "
+        "hook) tells which",
+        {"time_limit": 1.5, "slow": "1:4:2", "late": "1:4:2", "kill_every": None, "pause": 0.1},
+        {
+            "ci": {"tasks": 12, "effects": 3, "workers": 2, "timeout": 120.0},
+            "long": {"tasks": 300, "effects": 3, "workers": 3, "timeout": 1200.0},
+        },
+    ),
     "redis-pause": Scenario(
         "celery-redis",
         "the store on a redis-server of its own, frozen (SIGSTOP) for 5 s, past the 2 s lease, "
-        "every 6 s while effects are in flight; workers SIGKILLed at random",
+        "every 8 s while effects are in flight; workers SIGKILLed at random",
         "a store Redis that stops answering without closing its connections (a VM paused, a "
         "failover, a slow fork): leases run out while their holders wait on it",
-        {"store_pause": 6.0, "kill_every": (2.0, 4.0), "inside": 0.3, "pause": 0.0},
+        {"store_pause": 3.0, "kill_every": (2.0, 4.0), "inside": 0.3, "pause": 0.0},
         {
             "ci": {"tasks": 14, "effects": 4, "workers": 2, "timeout": 150.0},
             "long": {"tasks": 500, "effects": 4, "workers": 3, "timeout": 1800.0},
@@ -180,10 +194,10 @@ SCENARIOS: dict[str, Scenario] = {
     "redis-restart": Scenario(
         "celery-redis",
         "the store on a redis-server of its own (append-only, fsync always), SIGKILLed and "
-        "restarted every 8 s; workers SIGKILLed at random",
+        "restarted every 5 s; workers SIGKILLed at random",
         "the store's Redis crashing or restarted for an upgrade while effects are in flight: with "
         "persistence, nothing it acknowledged is lost and effects fail closed until it is back",
-        {"redis_restart": 8.0, "kill_every": (2.0, 4.0)},
+        {"redis_restart": 5.0, "kill_every": (2.0, 4.0)},
         {
             "ci": {"tasks": 20, "effects": 4, "workers": 2, "timeout": 150.0},
             "long": {"tasks": 500, "effects": 4, "workers": 3, "timeout": 1800.0},

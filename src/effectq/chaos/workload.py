@@ -50,6 +50,9 @@ class WorkloadConfig:
             its side effect (a slow remote call, longer than the broker's patience).
         inside: seconds each effect spends after its side effect, before it returns (so a
             signal or a kill lands inside the effect, between its side effect and its record).
+        late: like ``slow``, but the wait comes after the side effect, and in tasks 1,
+            1 + EVERY, 1 + 2 x EVERY... (every task when EVERY is 1).
+        time_limit: the Dramatiq actor's time limit in seconds (0: ten minutes).
         retry: how a task asks for its retry after ``retry_after`` effects: ``""`` (at once),
             ``"countdown"`` (``self.retry(countdown=1)`` / ``Retry(delay=1000)``),
             ``"autoretry"`` (it raises :class:`Transient`, which ``autoretry_for`` /
@@ -71,6 +74,8 @@ class WorkloadConfig:
     slow: str = ""
     inside: float = 0.0
     retry: str = ""
+    late: str = ""
+    time_limit: float = 0.0
 
     def to_env(self) -> dict[str, str]:
         """The environment variables a worker process reads."""
@@ -149,6 +154,10 @@ def work(
     except OutcomeUnknown as exc:
         ledger.note("unknown", task=task_no, key=exc.key)
         raise
+    except BaseException as exc:
+        if type(exc).__name__ in _TIME_LIMITS:
+            ledger.note("time_limit", task=task_no)
+        raise
     finally:
         ledger.note("stop", task=task_no)
     stats = run.stats if run is not None else None
@@ -162,21 +171,36 @@ def work(
     return effects
 
 
-def _slow(config: WorkloadConfig) -> tuple[int, float, int] | None:
-    if not config.slow:
+_TIME_LIMITS = ("TimeLimitExceeded", "SoftTimeLimitExceeded")
+"""The exceptions a task queue raises into a task that outran its time limit."""
+
+
+def _slow(spec: str) -> tuple[int, float, int] | None:
+    """``"INDEX:SECONDS[:EVERY]"`` parsed."""
+    if not spec:
         return None
-    index, seconds, every = [*config.slow.split(":"), "1"][:3]
+    index, seconds, every = [*spec.split(":"), "1"][:3]
     return int(index), float(seconds), max(1, int(every))
+
+
+def _linger(seconds: float) -> None:
+    """Sleep in short steps, so an exception a time limit raises into this thread lands on time."""
+    deadline = time.monotonic() + seconds
+    while (left := deadline - time.monotonic()) > 0:
+        time.sleep(min(left, 0.05))
 
 
 def _effect(config: WorkloadConfig, ledger: Ledger) -> Any:
     """The effect every task applies: guarded by effectq, or plain when it is off."""
-    slow = _slow(config)
+    slow, late = _slow(config.slow), _slow(config.late)
 
     def side_effect(task_no: int, index: int, key: str = "", token: int = 0) -> str:
         if slow is not None and index == slow[0] and task_no % slow[2] == 0 and ledger.arm(f"slow:{task_no}"):
-            time.sleep(slow[1])
+            _linger(slow[1])
         value = ledger.apply(_identity(task_no, index), idempotency_key=key, token=token)
+        picked = late is not None and index == late[0] and task_no % late[2] == 1 % late[2]
+        if late is not None and picked and ledger.arm(f"late:{task_no}"):
+            _linger(late[1])
         if config.inside:
             time.sleep(config.inside)
         return value
@@ -314,7 +338,7 @@ def _dramatiq_broker(config: WorkloadConfig, ledger: Ledger) -> Any:
         max_retries=1000,
         min_backoff=100,
         max_backoff=2000,
-        time_limit=600_000,
+        time_limit=int(config.time_limit * 1000) or 600_000,
         **_run_options(config),
     )
     def chaos_work(
