@@ -172,6 +172,15 @@ def test_prefork_children(tmp_path: Path) -> None:
     _bites(_run(options, effectq=False))
 
 
+def test_pools(tmp_path: Path) -> None:
+    """Threads-pool workers, two tasks per process, SIGKILLed at random: each effect once."""
+    options = _options("pools", tmp_path)
+    report = _run(options)
+    _passes(report)
+    assert report.kills > 0 and (options.pool, options.concurrency) == ("threads", 2)
+    _bites(_run(options, effectq=False))
+
+
 def test_shutdown_of_prefork_workers(tmp_path: Path) -> None:
     """Warm (SIGTERM, SIGKILL after the grace) and cold (SIGQUIT) shutdowns of prefork workers inside
     effects, workers restarted: each effect once."""
@@ -220,6 +229,13 @@ def test_redis_pause(tmp_path: Path) -> None:
     report = _run(_options("redis-pause", tmp_path))
     _passes(report)
     assert report.store_pauses > 0 and report.kills > 0
+
+
+def test_partition(tmp_path: Path) -> None:
+    """One worker cut off from the store's Redis past the lease while its task runs elsewhere: once each."""
+    report = _run(_options("partition", tmp_path))
+    _passes(report)
+    assert report.partitions > 0 and report.copies > 0
 
 
 def test_redis_restart(tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ no harm without effectq) or timed out; 4 when Redis or the broker did not answer
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import logging
 import sys
@@ -157,9 +158,13 @@ def _progress(line: str) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the chaos runner with command-line arguments; returns the exit status."""
-    args = parser().parse_args(argv)
+    p = parser()
+    args = p.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     options = options_from(args)
+    for pool in {options.pool_of(i) for i in range(options.workers)} & {"gevent", "eventlet"}:
+        if importlib.util.find_spec(pool) is None:
+            p.error(f"--pool {pool} needs {pool} installed in this environment (pip install {pool})")
     runs = [options]
     if args.compare and options.effectq:
         runs.append(replace(options, effectq=False))

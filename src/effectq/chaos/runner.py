@@ -122,6 +122,9 @@ class Options:
         grace: seconds a warm shutdown (SIGTERM) may take before the worker is SIGKILLed.
         store_pause: freeze the store's own redis-server (SIGSTOP) past the lease every this many
             seconds, then resume it.
+        partition: every this many seconds, hold one busy worker's connections to the store's own
+            redis-server past the lease (each worker reaches it through a proxy of its own), then
+            release them.
         late: ``"INDEX:SECONDS[:EVERY]"``: the first execution of tasks 1, 1 + EVERY... spends
             SECONDS in effect INDEX after its side effect.
         time_limit: the Dramatiq actors' time limit in seconds (0: ten minutes).
@@ -162,6 +165,7 @@ class Options:
     target: str = "any"
     grace: float = 2.0
     store_pause: float | None = None
+    partition: float | None = None
     late: str = ""
     time_limit: float = 0.0
     progress: float = 0.0
@@ -175,7 +179,7 @@ class Options:
     @property
     def own_store(self) -> bool:
         """Whether the store gets a redis-server of its own (to restart or freeze it)."""
-        return bool(self.redis_restart or self.store_pause)
+        return bool(self.redis_restart or self.store_pause or self.partition)
 
     def pool_of(self, worker: int) -> str:
         """The pool of worker number ``worker`` (``pool`` is a comma-separated cycle)."""
@@ -199,6 +203,7 @@ class Report:
         pauses: SIGSTOPs of a worker past its lease.
         store_restarts: restarts of the store's redis-server.
         store_pauses: freezes of the store's redis-server past the lease.
+        partitions: times one worker's path to the store's Redis was held past the lease.
         cuts: broker connection cuts.
         deliveries: task executions started (a task killed and delivered again counts twice).
         copies: executions that started while another execution of the same task still ran.
@@ -230,6 +235,7 @@ class Report:
     pauses: int = 0
     store_restarts: int = 0
     store_pauses: int = 0
+    partitions: int = 0
     cuts: int = 0
     deliveries: int = 0
     copies: int = 0
@@ -303,6 +309,7 @@ class Report:
             "pauses": self.pauses,
             "store_restarts": self.store_restarts,
             "store_pauses": self.store_pauses,
+            "partitions": self.partitions,
             "cuts": self.cuts,
             "redeliveries": self.redeliveries,
             "copies": self.copies,
@@ -338,6 +345,7 @@ class Report:
             faults.append(f"{kinds}{busy} every {o.kill_every[0]:g}-{o.kill_every[1]:g}s")
         for name, value in (("store restart every", o.redis_restart), ("SIGSTOP every", o.sigstop),
                             ("store freeze every", o.store_pause),
+                            ("partition from the store every", o.partition),
                             ("connection cut every", o.cut)):  # fmt: skip
             if value:
                 faults.append(f"{name} {value:g}s")
@@ -385,7 +393,7 @@ class Report:
             (
                 "other faults",
                 f"{self.pauses} SIGSTOP, {self.store_restarts} store restarts, "
-                f"{self.store_pauses} store freezes, {self.cuts} cuts",
+                f"{self.store_pauses} store freezes, {self.partitions} partitions, {self.cuts} cuts",
             ),
             ("redeliveries", f"{self.redeliveries} ({self.deliveries} task executions started)"),
             ("copies", f"{self.copies} executions began while another of the same task still ran"),
@@ -495,9 +503,15 @@ def run_chaos(options: Options, progress: Callable[[str], None] | None = None) -
         with _answering(broker_url, "the broker"):
             for task_no in range(options.tasks):
                 chaos.send(task_no, countdown=options.countdown)
+        store_proxies: dict[str, Proxy] = {}
+        if options.partition:
+            for i in range(options.workers):
+                store_proxies[f"w{i}"], _ = Proxy.for_url(store_url)
+                stack.callback(store_proxies[f"w{i}"].close)
+        chaos.store_proxies = store_proxies
         workers = [
             WorkerProcess(
-                worker_config,
+                _through(worker_config, store_proxies.get(f"w{i}")),
                 f"w{i}",
                 log_dir=log_dir,
                 pool=options.pool_of(i),
@@ -532,6 +546,13 @@ def run_chaos(options: Options, progress: Callable[[str], None] | None = None) -
         if proxy is not None:
             report.cuts = proxy.cuts
     return report
+
+
+def _through(config: WorkloadConfig, proxy: Proxy | None) -> WorkloadConfig:
+    """``config`` with the store reached through ``proxy`` (when there is one)."""
+    if proxy is None:
+        return config
+    return replace(config, store=f"redis://127.0.0.1:{proxy.port}/0")
 
 
 class _IdleWorker(WorkerProcess):
@@ -579,6 +600,8 @@ class _Chaos:
         self.paused: dict[str, float] = {}  # worker name -> when to resume it
         self.stopping: dict[str, float] = {}  # worker name -> when its shutdown's grace runs out
         self.store_frozen_until = 0.0
+        self.store_proxies: dict[str, Proxy] = {}
+        self.partitioned: dict[str, float] = {}  # worker name -> when its path to the store heals
         self.cursor = 0
         self.strikes = 0
 
@@ -596,11 +619,12 @@ class _Chaos:
             return now + seconds if seconds else float("inf")
 
         next_kill = now + self.rng.uniform(*o.kill_every) if o.kill_every else float("inf")
-        next_restart, next_stop, next_cut, next_freeze = (
+        next_restart, next_stop, next_cut, next_freeze, next_partition = (
             every(o.redis_restart),
             every(o.sigstop),
             every(o.cut),
             every(o.store_pause),
+            every(o.partition),
         )
         frozen_for = max(o.lease * 2, o.lease + 3.0)
         while len(self.finished) < o.tasks:
@@ -667,12 +691,22 @@ class _Chaos:
                 self.store_frozen_until = now + frozen_for
                 report.store_pauses += 1
                 next_freeze = now + o.store_pause + frozen_for
+            if now >= next_partition and o.partition:
+                cut_off = [w for w in alive if w.name not in self.partitioned and self._busy(w)]
+                if cut_off:
+                    victim = self.rng.choice(cut_off)
+                    self.store_proxies[victim.name].hold()
+                    self.partitioned[victim.name] = now + frozen_for
+                    report.partitions += 1
+                    next_partition = now + o.partition
             if now >= next_cut and self.proxy is not None and o.cut:
                 self.proxy.cut()
                 next_cut = now + o.cut
         for worker in workers:
             if worker.paused:
                 worker.resume()
+        for proxy in self.store_proxies.values():
+            proxy.release()
         if self.server is not None and self.store_frozen_until:
             self.server.resume()
         report.finished = len(self.finished)
@@ -713,6 +747,9 @@ class _Chaos:
             if worker.name in self.paused and now >= self.paused[worker.name]:
                 worker.resume()
                 del self.paused[worker.name]
+            if worker.name in self.partitioned and now >= self.partitioned[worker.name]:
+                self.store_proxies[worker.name].release()
+                del self.partitioned[worker.name]
             if worker.name in self.stopping:
                 if worker.alive and now < self.stopping[worker.name]:
                     continue

@@ -129,6 +129,17 @@ SCENARIOS: dict[str, Scenario] = {
             "long": {"tasks": 600, "effects": 5, "workers": 2, "timeout": 1200.0},
         },
     ),
+    "pools": Scenario(
+        "celery-redis",
+        "Celery workers on the threads pool (two threads each), SIGKILLed at random and restarted",
+        "workers whose pool runs several tasks in one process (threads): one kill takes every "
+        "task of the process, each then delivered again",
+        {"pool": "threads", "concurrency": 2},
+        {
+            "ci": {"tasks": 24, "effects": 4, "workers": 2, "timeout": 120.0},
+            "long": {"tasks": 800, "effects": 5, "workers": 3, "timeout": 1200.0},
+        },
+    ),
     "shutdown": Scenario(
         "celery-redis",
         "a solo and a prefork worker, each effect 0.6 s long after its side effect; in turn a "
@@ -189,6 +200,26 @@ SCENARIOS: dict[str, Scenario] = {
         {
             "ci": {"tasks": 14, "effects": 4, "workers": 2, "timeout": 150.0},
             "long": {"tasks": 500, "effects": 4, "workers": 3, "timeout": 1800.0},
+        },
+    ),
+    "partition": Scenario(
+        "celery-redis",
+        "each worker reaches the store's own redis-server through a proxy of its own; every 6 s "
+        "one busy worker's path is held for 5 s, past the 2 s lease, while a 2 s visibility "
+        "timeout hands its task to another worker (one more stays idle to restore it)",
+        "a worker cut off from Redis (a network partition, a stuck NAT) while its task is "
+        "redelivered elsewhere: the stale holder must be fenced out when it comes back",
+        {
+            "partition": 6.0,
+            "visibility": 2.0,
+            "idle_workers": 1,
+            "inside": 0.5,
+            "pause": 0.0,
+            "kill_every": None,
+        },
+        {
+            "ci": {"tasks": 14, "effects": 4, "workers": 3, "timeout": 150.0},
+            "long": {"tasks": 400, "effects": 4, "workers": 3, "timeout": 1800.0},
         },
     ),
     "redis-restart": Scenario(
