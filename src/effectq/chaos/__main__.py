@@ -84,6 +84,8 @@ def parser() -> argparse.ArgumentParser:
                    help="put the store on its own redis-server and restart it every SECONDS")  # fmt: skip
     p.add_argument("--store-pause", type=float, metavar="SECONDS",
                    help="the store on its own redis-server, frozen past the lease every SECONDS")  # fmt: skip
+    p.add_argument("--partition", type=float, metavar="SECONDS",
+                   help="cut a busy worker off the store (its own redis-server) every SECONDS")  # fmt: skip
     p.add_argument("--sigstop", type=float, metavar="SECONDS",
                    help="SIGSTOP a random worker past its lease every SECONDS, then resume it")  # fmt: skip
     p.add_argument("--cut", type=float, metavar="SECONDS", help="cut every broker connection every SECONDS")
@@ -111,7 +113,7 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-_EXPLICIT = ("kill_every", "kill_with", "redis_restart", "store_pause", "sigstop", "cut", "pool",
+_EXPLICIT = ("kill_every", "kill_with", "redis_restart", "store_pause", "partition", "sigstop", "cut", "pool",
              "concurrency", "visibility", "pause")  # fmt: skip
 """Options a scenario presets and the command line may override."""
 

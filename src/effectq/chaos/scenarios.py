@@ -88,11 +88,11 @@ SCENARIOS: dict[str, Scenario] = {
     ),
     "eta-storm": Scenario(
         "celery-redis",
-        "tasks sent with an 8 s countdown, longer than the 2 s visibility timeout, to three "
+        "tasks sent with a 6 s countdown, longer than the 2 s visibility timeout, to three "
         "workers that prefetch them; no kills",
         "ETA/countdown tasks on the Redis broker: each worker that prefetched a copy restored by "
         "the visibility timeout runs it at the same instant (kombu#337, celery#2481)",
-        {"visibility": 2.0, "countdown": 8.0, "kill_every": None, "pause": 0.1},
+        {"visibility": 2.0, "countdown": 6.0, "kill_every": None, "pause": 0.1},
         {
             "ci": {"tasks": 12, "effects": 3, "workers": 3, "timeout": 120.0},
             "long": {"tasks": 300, "effects": 3, "workers": 4, "timeout": 1200.0},
@@ -193,12 +193,12 @@ SCENARIOS: dict[str, Scenario] = {
     "redis-pause": Scenario(
         "celery-redis",
         "the store on a redis-server of its own, frozen (SIGSTOP) for 5 s, past the 2 s lease, "
-        "every 8 s while effects are in flight; workers SIGKILLed at random",
+        "every 9 s while effects are in flight; workers SIGKILLed at random",
         "a store Redis that stops answering without closing its connections (a VM paused, a "
         "failover, a slow fork): leases run out while their holders wait on it",
-        {"store_pause": 3.0, "kill_every": (2.0, 4.0), "inside": 0.3, "pause": 0.0},
+        {"store_pause": 4.0, "kill_every": (2.0, 4.0), "inside": 0.3, "pause": 0.0},
         {
-            "ci": {"tasks": 14, "effects": 4, "workers": 2, "timeout": 150.0},
+            "ci": {"tasks": 10, "effects": 4, "workers": 2, "timeout": 150.0},
             "long": {"tasks": 500, "effects": 4, "workers": 3, "timeout": 1800.0},
         },
     ),
