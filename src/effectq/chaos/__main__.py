@@ -1,33 +1,31 @@
-"""``python -m effectq.chaos``: kill real workers at random and count every application.
+"""``python -m effectq.chaos``: run a named chaos scenario on real workers and count every application.
 
 Exit status: 0 when every effect applied exactly once and the chaos reached the
-tasks (with ``--effectq off``: when the chaos caused duplicates); 1 on any
-duplicate or missing effect; 2 when the run proved nothing (no redelivery, or
-no duplicate without effectq) or timed out.
+tasks (with ``--effectq off``: when the chaos did harm); 1 on any duplicate,
+missing effect or wrong result; 2 when the run proved nothing (no redelivery, or
+no harm without effectq) or timed out; 4 when Redis or the broker did not answer
+(one line on stderr says which).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import logging
 import sys
+import textwrap
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import Any
 
-from .runner import (
-    AMQP_URL,
-    CONFIGURATIONS,
-    REDIS_URL,
-    SIZE_TIMEOUTS,
-    SIZES,
-    TIMEOUT,
-    Options,
-    Report,
-    run_chaos,
-)
+from .runner import AMQP_URL, KILL_WITH, REDIS_URL, Options, Report, Unreachable, run_chaos
+from .scenarios import SCENARIOS
 
-__all__ = ["main", "parser"]
+__all__ = ["INFRASTRUCTURE", "main", "parser"]
+
+INFRASTRUCTURE = 4
+"""The exit status when Redis or the broker did not answer (``effectq``'s code for an unreachable Redis)."""
 
 
 def _span(text: str) -> tuple[float, float]:
@@ -35,34 +33,69 @@ def _span(text: str) -> tuple[float, float]:
     return float(low), float(high or low)
 
 
+def _kinds(text: str) -> tuple[str, ...]:
+    kinds = tuple(k.strip() for k in text.split(",") if k.strip())
+    unknown = [k for k in kinds if k not in KILL_WITH]
+    if not kinds or unknown:
+        raise argparse.ArgumentTypeError(f"expected a comma-separated list of {', '.join(KILL_WITH)}")
+    return kinds
+
+
+def _epilog() -> str:
+    width = max(len(n) for n in SCENARIOS)
+    lines = ["scenarios:"]
+    for name, scenario in SCENARIOS.items():
+        text = textwrap.wrap(scenario.summary, 100 - width)
+        lines += [f"  {(name if i == 0 else '').ljust(width)}  {part}" for i, part in enumerate(text)]
+    lines += ["", "exit status: 0 proved, 1 a duplicate, missing effect or wrong result, 2 proved nothing or "
+              "timed out,", "4 Redis or the broker did not answer"]  # fmt: skip
+    return "\n".join(lines)
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="effectq chaos",
-        description="Run real Celery or Dramatiq workers, SIGKILL them at random, and check on a ledger "
-        "that every effect applied exactly once.",
+        description="Run a named scenario on real Celery or Dramatiq workers (kills, shutdowns, broker "
+        "timeouts, retries, a frozen Redis...) and check on a ledger that every effect applied exactly once.",
+        epilog=_epilog(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("configuration", nargs="?", default="celery-redis", choices=sorted(CONFIGURATIONS))
+    p.add_argument("scenario", nargs="?", default="celery-redis", choices=list(SCENARIOS), metavar="SCENARIO",
+                   help="a scenario or plain configuration (default celery-redis; see below)")  # fmt: skip
     p.add_argument(
-        "--size", choices=sorted(SIZES), default="ci", help="preset tasks/effects/workers (default ci)"
+        "--size",
+        choices=("small", "ci", "long"),
+        default="ci",
+        help="the scenario's preset size (default ci)",
     )
     p.add_argument("--tasks", type=int, help="tasks to enqueue (overrides --size)")
     p.add_argument("--effects", type=int, help="effects per task (overrides --size)")
     p.add_argument("--workers", type=int, help="worker processes (overrides --size)")
     p.add_argument("--effectq", choices=("on", "off"), default="on", help="off: the same tasks, unguarded")
     p.add_argument(
-        "--compare", action="store_true", help="run again with effectq off and show what it suffered"
+        "--compare", action="store_true", help="run again with effectq off and show the harm it suffers"
     )
-    p.add_argument("--kill-every", type=_span, default=(1.5, 3.5), metavar="MIN:MAX",
-                   help="seconds between two SIGKILLs of a random worker (default 1.5:3.5)")  # fmt: skip
-    p.add_argument("--no-kills", action="store_true", help="no SIGKILLs (other faults only)")
+    p.add_argument("--kill-every", type=_span, metavar="MIN:MAX",
+                   help="seconds between two faults (default 1.5:3.5, or the scenario's)")  # fmt: skip
+    p.add_argument("--kill-with", type=_kinds, metavar="KINDS",
+                   help=f"what the faults do, in turn: {', '.join(KILL_WITH)} (default kill)")  # fmt: skip
+    p.add_argument("--no-kills", action="store_true", help="no kills or shutdowns (other faults only)")
     p.add_argument("--redis-restart", type=float, metavar="SECONDS",
                    help="put the store on its own redis-server and restart it every SECONDS")  # fmt: skip
+    p.add_argument("--store-pause", type=float, metavar="SECONDS",
+                   help="the store on its own redis-server, frozen past the lease every SECONDS")  # fmt: skip
+    p.add_argument("--partition", type=float, metavar="SECONDS",
+                   help="cut a busy worker off the store (its own redis-server) every SECONDS")  # fmt: skip
     p.add_argument("--sigstop", type=float, metavar="SECONDS",
                    help="SIGSTOP a random worker past its lease every SECONDS, then resume it")  # fmt: skip
     p.add_argument("--cut", type=float, metavar="SECONDS", help="cut every broker connection every SECONDS")
     p.add_argument("--faults", default="", metavar="SPEC",
                    help="faults workers inject into themselves, e.g. after_effect:0.02:kill")  # fmt: skip
-    p.add_argument("--pause", type=float, default=0.2, help="seconds between two effects of a task")
+    p.add_argument("--pool", help="Celery pool, or a cycle of pools across workers: solo,prefork")
+    p.add_argument("--concurrency", type=int, help="Celery pool size, or Dramatiq threads")
+    p.add_argument("--visibility", type=float, metavar="SECONDS",
+                   help="the Redis brokers' visibility / heartbeat timeout")  # fmt: skip
+    p.add_argument("--pause", type=float, help="seconds between two effects of a task (default 0.2)")
     p.add_argument("--lease", type=float, default=2.0, help="the effects' lease in seconds")
     p.add_argument(
         "--redis-url", "--url", default=REDIS_URL, help="Redis for the ledger, store and Redis broker"
@@ -73,56 +106,81 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, help="give up after SECONDS (default: the size's)")
     p.add_argument("--seed", type=int, help="seed the victims and moments")
     p.add_argument("--log-dir", help="keep worker logs here")
+    p.add_argument("--progress", type=float, default=10.0, metavar="SECONDS",
+                   help="a progress line on stderr every SECONDS (default 10; 0: none)")  # fmt: skip
     p.add_argument("--workload", default="effectq.chaos.workload", metavar="MODULE",
                    help="the module workers run (yours: see docs/testing.md)")  # fmt: skip
     return p
 
 
+_EXPLICIT = ("kill_every", "kill_with", "redis_restart", "store_pause", "partition", "sigstop", "cut", "pool",
+             "concurrency", "visibility", "pause")  # fmt: skip
+"""Options a scenario presets and the command line may override."""
+
+
 def options_from(args: argparse.Namespace) -> Options:
-    size = SIZES[args.size]
+    scenario = SCENARIOS[args.scenario]
+    size = scenario.size(args.size)
+    values: dict[str, Any] = dict(scenario.options)
+    values.update({k: getattr(args, k) for k in _EXPLICIT if getattr(args, k) is not None})
+    if args.no_kills:
+        values["kill_every"] = None
     return Options(
-        configuration=args.configuration,
+        configuration=scenario.configuration,
+        scenario=args.scenario,
         tasks=args.tasks or size["tasks"],
         effects=args.effects or size["effects"],
         workers=args.workers or size["workers"],
         effectq=args.effectq == "on",
-        kill_every=None if args.no_kills else args.kill_every,
-        redis_restart=args.redis_restart,
-        sigstop=args.sigstop,
-        cut=args.cut,
         faults=args.faults,
-        pause=args.pause,
         lease=args.lease,
         redis_url=args.redis_url,
         amqp_url=args.amqp_url,
-        timeout=args.timeout or SIZE_TIMEOUTS.get(args.size, TIMEOUT),
+        timeout=args.timeout or size["timeout"],
         seed=args.seed,
         log_dir=args.log_dir,
         workload=args.workload,
+        progress=args.progress,
+        **values,
     )
 
 
 def exit_status(report: Report) -> int:
-    """0 proved, 1 a duplicate or missing effect, 2 proved nothing or timed out."""
+    """0 proved, 1 a duplicate, missing effect or wrong result, 2 proved nothing or timed out."""
     if report.timed_out or not report.bit:
         return 2
     if not report.options.effectq:
-        return 0 if report.duplicates else 2
+        return 0 if report.harmed else 2
     return 0 if report.passed else 1
+
+
+def _progress(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the chaos runner with command-line arguments; returns the exit status."""
-    args = parser().parse_args(argv)
+    p = parser()
+    args = p.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     options = options_from(args)
-    reports = [run_chaos(options)]
-    status = exit_status(reports[0])
-    _show(reports[0], as_json=args.json)
+    for pool in {options.pool_of(i) for i in range(options.workers)} & {"gevent", "eventlet"}:
+        if importlib.util.find_spec(pool) is None:
+            p.error(f"--pool {pool} needs {pool} installed in this environment (pip install {pool})")
+    runs = [options]
     if args.compare and options.effectq:
-        reports.append(run_chaos(replace(options, effectq=False)))
-        _show(reports[1], as_json=args.json)
-        if exit_status(reports[1]) != 0:
+        runs.append(replace(options, effectq=False))
+    status = 0
+    for number, run in enumerate(runs):
+        try:
+            report = run_chaos(run, progress=_progress)
+        except Unreachable as exc:
+            print(f"effectq chaos: {exc}", file=sys.stderr, flush=True)
+            return INFRASTRUCTURE
+        _show(report, as_json=args.json)
+        if number == 0:
+            status = exit_status(report)
+        elif exit_status(report) != 0:  # the comparison did no harm: the scenario proved nothing
             status = max(status, 2)
     return status
 

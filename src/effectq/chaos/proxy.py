@@ -1,9 +1,12 @@
-"""A TCP proxy whose connections the chaos runner cuts: a broker connection lost mid-task.
+"""A TCP proxy whose connections the chaos runner cuts or holds: a network fault mid-task.
 
 Workers reach the broker through it; :meth:`Proxy.cut` closes every connection at
 once (the broker sees the consumer vanish and delivers its unacked messages
-again; the worker reconnects through the proxy). Only this run's workers use
-it, so nothing else on the broker is disturbed.
+again; the worker reconnects through the proxy). :meth:`Proxy.hold` stops
+forwarding without closing anything, until :meth:`Proxy.release`: a partition,
+where requests wait unanswered (how one worker loses its path to the store's
+Redis while the others keep theirs). Only this run's workers use it, so nothing
+else on the server is disturbed.
 """
 
 from __future__ import annotations
@@ -31,7 +34,10 @@ class Proxy:
         self._lock = threading.Lock()
         self._open: set[socket.socket] = set()
         self._closed = False
+        self._flowing = threading.Event()
+        self._flowing.set()
         self.cuts = 0
+        self.holds = 0
         threading.Thread(target=self._accept, name="effectq-chaos-proxy", daemon=True).start()
 
     @classmethod
@@ -62,7 +68,8 @@ class Proxy:
 
     def _pump(self, source: socket.socket, target: socket.socket) -> None:
         try:
-            while data := source.recv(65536):
+            while self._flowing.wait() and (data := source.recv(65536)):
+                self._flowing.wait()
                 target.sendall(data)
         except OSError:
             pass
@@ -85,8 +92,18 @@ class Proxy:
         self.cuts += 1
         return len(victims)
 
+    def hold(self) -> None:
+        """Stop forwarding: connections stay open, what is sent waits (a partition)."""
+        self._flowing.clear()
+        self.holds += 1
+
+    def release(self) -> None:
+        """Forward again what waited, and what comes."""
+        self._flowing.set()
+
     def close(self) -> None:
         """Stop listening and cut everything."""
         self._closed = True
+        self._flowing.set()
         self._listener.close()
         self.cut()

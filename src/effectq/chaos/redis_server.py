@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import shutil
+import signal
 import socket
 import subprocess
 import time
@@ -84,11 +85,21 @@ class RedisServer:
         )
 
     def kill(self) -> None:
-        """SIGKILL it."""
+        """SIGKILL it (a frozen one too)."""
         if self.process is not None:
             self.process.kill()
             self.process.wait(timeout=30)
             self.process = None
+
+    def pause(self) -> None:
+        """SIGSTOP it: connections stay open, nothing answers (a frozen VM, a stalled disk)."""
+        if self.process is not None:
+            self.process.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """SIGCONT it."""
+        if self.process is not None:
+            self.process.send_signal(signal.SIGCONT)
 
     def restart(self, down_for: float = 0.5) -> None:
         """SIGKILL it, stay down ``down_for`` seconds, start it again."""

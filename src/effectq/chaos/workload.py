@@ -21,7 +21,7 @@ import effectq
 from effectq.errors import OutcomeUnknown, StoreError
 from effectq.testing.ledger import Fenced, Ledger
 
-__all__ = ["WorkloadConfig", "app", "broker", "work"]
+__all__ = ["Transient", "WorkloadConfig", "app", "broker", "work"]
 
 _PREFIX = "EFFECTQ_CHAOS_"
 
@@ -45,6 +45,19 @@ class WorkloadConfig:
             ``broker`` the same way, with a task that calls :func:`work`).
         keyed_by: ``"task"`` (the run id is the task / message id) or ``"business"``
             (``chaos:<task number>``, so a task sent again under a new id is the same run).
+        slow: ``"INDEX:SECONDS"`` or ``"INDEX:SECONDS:EVERY"``: in the first execution of each
+            task (of every EVERY-th task: 0, EVERY, 2 x EVERY...), effect INDEX waits SECONDS before
+            its side effect (a slow remote call, longer than the broker's patience).
+        inside: seconds each effect spends after its side effect, before it returns (so a
+            signal or a kill lands inside the effect, between its side effect and its record).
+        late: like ``slow``, but the wait comes after the side effect, and in tasks 1,
+            1 + EVERY, 1 + 2 x EVERY... (every task when EVERY is 1).
+        time_limit: the Dramatiq actor's time limit in seconds (0: ten minutes).
+        retry: how a task asks for its retry after ``retry_after`` effects: ``""`` (at once),
+            ``"countdown"`` (``self.retry(countdown=1)`` / ``Retry(delay=1000)``),
+            ``"autoretry"`` (it raises :class:`Transient`, which ``autoretry_for`` /
+            Dramatiq's Retries middleware retry with a backoff), ``"mixed"`` (odd tasks
+            autoretry, even tasks count down).
     """
 
     kind: str
@@ -58,6 +71,11 @@ class WorkloadConfig:
     faults: str = ""
     module: str = "effectq.chaos.workload"
     keyed_by: str = "task"
+    slow: str = ""
+    inside: float = 0.0
+    retry: str = ""
+    late: str = ""
+    time_limit: float = 0.0
 
     def to_env(self) -> dict[str, str]:
         """The environment variables a worker process reads."""
@@ -88,6 +106,10 @@ class WorkloadConfig:
         return f"effectq-chaos-{self.name}"
 
 
+class Transient(Exception):
+    """A failure the task queue retries with a backoff (``autoretry_for``, Dramatiq's Retries)."""
+
+
 def _identity(task_no: int, index: int) -> str:
     return f"{task_no}:{index}"
 
@@ -102,19 +124,25 @@ def work(
     *,
     retry_after: int = 0,
     retry: Any = None,
+    retries: int = 0,
 ) -> int:
     """The body of every chaos task: apply ``effects`` effects in order.
 
     ``hold_after`` (>= 1) makes the first delivery stop after that many effects and
     wait to be killed; ``retry_after`` makes it ask the task queue for a retry
     there instead (``retry()`` raises the queue's retry); ``pause`` spaces the
-    effects so random kills land mid-task.
+    effects so random kills land mid-task. ``retries`` (the queue's retry count of
+    this execution) goes on the ledger's ``start`` event; every execution that
+    does not die notes ``stop``, and an effect that returns another value than
+    the one it applied notes ``wrong``.
     """
     run = effectq.active_run()
-    ledger.note("start", task=task_no)
+    ledger.note("start", task=task_no, retries=retries)
     try:
         for index in range(effects):
-            apply(task_no, index)
+            value = apply(task_no, index)
+            if isinstance(value, str) and value != _identity(task_no, index):
+                ledger.note("wrong", task=task_no, index=index, value=value)
             if index + 1 == hold_after and ledger.arm(f"task:{task_no}"):
                 ledger.note("armed", task=task_no, after=index + 1)
                 time.sleep(600)  # until the harness kills this worker
@@ -126,6 +154,12 @@ def work(
     except OutcomeUnknown as exc:
         ledger.note("unknown", task=task_no, key=exc.key)
         raise
+    except BaseException as exc:
+        if type(exc).__name__ in _TIME_LIMITS:
+            ledger.note("time_limit", task=task_no)
+        raise
+    finally:
+        ledger.note("stop", task=task_no)
     stats = run.stats if run is not None else None
     ledger.note(
         "done",
@@ -137,14 +171,42 @@ def work(
     return effects
 
 
+_TIME_LIMITS = ("TimeLimitExceeded", "SoftTimeLimitExceeded")
+"""The exceptions a task queue raises into a task that outran its time limit."""
+
+
+def _slow(spec: str) -> tuple[int, float, int] | None:
+    """``"INDEX:SECONDS[:EVERY]"`` parsed."""
+    if not spec:
+        return None
+    index, seconds, every = [*spec.split(":"), "1"][:3]
+    return int(index), float(seconds), max(1, int(every))
+
+
+def _linger(seconds: float) -> None:
+    """Sleep in short steps, so an exception a time limit raises into this thread lands on time."""
+    deadline = time.monotonic() + seconds
+    while (left := deadline - time.monotonic()) > 0:
+        time.sleep(min(left, 0.05))
+
+
 def _effect(config: WorkloadConfig, ledger: Ledger) -> Any:
     """The effect every task applies: guarded by effectq, or plain when it is off."""
+    slow, late = _slow(config.slow), _slow(config.late)
 
-    def apply_plain(task_no: int, index: int) -> str:
-        return ledger.apply(_identity(task_no, index))
+    def side_effect(task_no: int, index: int, key: str = "", token: int = 0) -> str:
+        if slow is not None and index == slow[0] and task_no % slow[2] == 0 and ledger.arm(f"slow:{task_no}"):
+            _linger(slow[1])
+        value = ledger.apply(_identity(task_no, index), idempotency_key=key, token=token)
+        picked = late is not None and index == late[0] and task_no % late[2] == 1 % late[2]
+        if late is not None and picked and ledger.arm(f"late:{task_no}"):
+            _linger(late[1])
+        if config.inside:
+            time.sleep(config.inside)
+        return value
 
     if config.effectq == "off":
-        return apply_plain
+        return side_effect
 
     def reconcile(key: str, args: dict[str, Any], ctx: effectq.EffectContext) -> str | None:
         return ledger.lookup(ctx.idempotency_key, token=ctx.token)
@@ -153,9 +215,7 @@ def _effect(config: WorkloadConfig, ledger: Ledger) -> Any:
     def apply_guarded(task_no: int, index: int) -> str:
         ctx = effectq.current_effect()
         try:
-            return ledger.apply(
-                _identity(task_no, index), idempotency_key=ctx.idempotency_key, token=ctx.token
-            )
+            return side_effect(task_no, index, ctx.idempotency_key, ctx.token)
         except Fenced:
             ledger.note("fenced", task=task_no, index=index, token=ctx.token)
             raise
@@ -178,6 +238,11 @@ def _run_options(config: WorkloadConfig) -> dict[str, Any]:
     if config.effectq == "on" and config.keyed_by == "business":
         return {"effectq_run_id": "chaos:{task_no}"}
     return {}
+
+
+def _autoretries(config: WorkloadConfig, task_no: int) -> bool:
+    """Whether this task's retry is a failure the queue retries with a backoff (else an explicit retry)."""
+    return config.retry == "autoretry" or (config.retry == "mixed" and task_no % 2 == 1)
 
 
 def _celery_app(config: WorkloadConfig, ledger: Ledger) -> Any:
@@ -210,7 +275,7 @@ def _celery_app(config: WorkloadConfig, ledger: Ledger) -> Any:
 
     @celery_app.task(  # type: ignore[untyped-decorator]
         name="chaos.work",
-        autoretry_for=(StoreError, Fenced, ConnectionError),
+        autoretry_for=(StoreError, Fenced, ConnectionError, Transient),
         retry_backoff=1,
         retry_backoff_max=5,
         max_retries=None,
@@ -221,9 +286,22 @@ def _celery_app(config: WorkloadConfig, ledger: Ledger) -> Any:
         self: Any, task_no: int, effects: int, hold_after: int = 0, pause: float = 0.0, retry_after: int = 0
     ) -> int:
         def retry() -> None:
-            raise self.retry(countdown=0)
+            if _autoretries(config, task_no):
+                raise Transient(f"task {task_no} failed after its first effects")
+            raise self.retry(countdown=1 if config.retry else 0)
 
-        return work(ledger, apply, task_no, effects, hold_after, pause, retry_after=retry_after, retry=retry)
+        retries = self.request.retries or 0
+        return work(
+            ledger,
+            apply,
+            task_no,
+            effects,
+            hold_after,
+            pause,
+            retry_after=retry_after,
+            retry=retry,
+            retries=retries,
+        )
 
     return celery_app
 
@@ -244,6 +322,9 @@ def _dramatiq_broker(config: WorkloadConfig, ledger: Ledger) -> Any:
             heartbeat_timeout=int(config.visibility * 1000),
             maintenance_chance=MAINTENANCE_SCALE,
         )
+    from dramatiq.middleware import CurrentMessage
+
+    dramatiq_broker.add_middleware(CurrentMessage())
     apply = _effect(config, ledger)
     if config.effectq == "on":
         from effectq.dramatiq import EffectMiddleware
@@ -257,16 +338,30 @@ def _dramatiq_broker(config: WorkloadConfig, ledger: Ledger) -> Any:
         max_retries=1000,
         min_backoff=100,
         max_backoff=2000,
-        time_limit=600_000,
+        time_limit=int(config.time_limit * 1000) or 600_000,
         **_run_options(config),
     )
     def chaos_work(
         task_no: int, effects: int, hold_after: int = 0, pause: float = 0.0, retry_after: int = 0
     ) -> None:
         def retry() -> None:
-            raise dramatiq.Retry(delay=0)
+            if _autoretries(config, task_no):
+                raise Transient(f"task {task_no} failed after its first effects")
+            raise dramatiq.Retry(delay=1000 if config.retry else 0)
 
-        work(ledger, apply, task_no, effects, hold_after, pause, retry_after=retry_after, retry=retry)
+        message = CurrentMessage.get_current_message()
+        retries = int(message.options.get("retries", 0)) if message is not None else 0
+        work(
+            ledger,
+            apply,
+            task_no,
+            effects,
+            hold_after,
+            pause,
+            retry_after=retry_after,
+            retry=retry,
+            retries=retries,
+        )
 
     return dramatiq_broker
 

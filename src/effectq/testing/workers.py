@@ -161,7 +161,7 @@ class Producer:
 
     def __init__(self, config: WorkloadConfig) -> None:
         self.config = config
-        self._send: Callable[[int, int, int, float, int], None]
+        self._send: Callable[[int, int, int, float, int, float], None]
         self._close: Callable[[], None]
         if config.kind == "celery":
             self._celery()
@@ -179,9 +179,14 @@ class Producer:
             broker_connection_retry_on_startup=True,
         )
 
-        def send(task_no: int, effects: int, hold_after: int, pause: float, retry_after: int) -> None:
+        def send(
+            task_no: int, effects: int, hold_after: int, pause: float, retry_after: int, countdown: float
+        ) -> None:
             app.send_task(
-                "chaos.work", args=(task_no, effects, hold_after, pause, retry_after), queue=config.queue
+                "chaos.work",
+                args=(task_no, effects, hold_after, pause, retry_after),
+                queue=config.queue,
+                countdown=countdown or None,
             )
 
         self._send = send
@@ -204,7 +209,9 @@ class Producer:
             )
         broker.declare_queue(config.queue)
 
-        def send(task_no: int, effects: int, hold_after: int, pause: float, retry_after: int) -> None:
+        def send(
+            task_no: int, effects: int, hold_after: int, pause: float, retry_after: int, countdown: float
+        ) -> None:
             message: dramatiq.Message[Any] = dramatiq.Message(
                 queue_name=config.queue,
                 actor_name="chaos_work",
@@ -212,16 +219,24 @@ class Producer:
                 kwargs={},
                 options={},
             )
-            broker.enqueue(message)
+            broker.enqueue(message, delay=int(countdown * 1000) or None)
 
         self._send = send
         self._close = broker.close
 
     def send(
-        self, task_no: int, effects: int, *, hold_after: int = 0, pause: float = 0.0, retry_after: int = 0
+        self,
+        task_no: int,
+        effects: int,
+        *,
+        hold_after: int = 0,
+        pause: float = 0.0,
+        retry_after: int = 0,
+        countdown: float = 0.0,
     ) -> None:
-        """Enqueue task ``task_no`` with ``effects`` effects (see :func:`effectq.chaos.workload.work`)."""
-        self._send(task_no, effects, hold_after, pause, retry_after)
+        """Enqueue task ``task_no`` with ``effects`` effects (see :func:`effectq.chaos.workload.work`),
+        due ``countdown`` seconds from now."""
+        self._send(task_no, effects, hold_after, pause, retry_after, countdown)
 
     def close(self) -> None:
         self._close()
