@@ -1,12 +1,12 @@
-"""An exception raised from a signal handler while effectq frames a script cannot crash the process.
+"""An exception raised from a signal handler around effect calls cannot crash the process.
 
 A worker's time limit (Celery's soft time limit, a ``SIGALRM`` handler of one's
 own) raises an exception from a signal handler, between any two bytecodes of
 whatever runs. Inside C code that calls back into Python without checking for
-that exception (hiredis' ``pack_command`` turning an int into text did), the
-process dies with SIGSEGV instead of raising. Each test storms effectq's framing
-of the scripts every effect sends with such exceptions, in a child process, and
-asserts the child exits normally.
+that exception (hiredis' ``pack_command`` turning an int into text did, for
+effectq's frames and for every command redis-py packs, the connection handshake
+included), the process dies with SIGSEGV instead of raising. The storm runs in a
+child process and asserts the child exits normally.
 """
 
 from __future__ import annotations
@@ -17,10 +17,13 @@ import signal
 import subprocess
 import sys
 import textwrap
+from typing import Any
 
 import pytest
+import redis
 
-from effectq.store.lane import _pack_command
+import effectq
+from effectq.store.lane import SignalSafePacker, _pack_command
 
 pytestmark = pytest.mark.skipif(not hasattr(signal, "setitimer"), reason="needs signal.setitimer")
 
@@ -138,3 +141,72 @@ def test_the_framing_hands_hiredis_nothing_it_converts_by_calling_python() -> No
         lane_module._pack_command = original
     assert frame == lane._frame_python(sha, keys, args)
     assert seen and all(type(part) in (str, bytes) for command in seen for part in command)
+
+
+def test_the_packer_redis_py_is_given_sends_the_bytes_hiredis_would() -> None:
+    """The packer effectq gives redis-py's connections writes every command as redis-py's
+    hiredis packer does, and refuses what it refuses."""
+    hiredis_packer = pytest.importorskip("redis.connection").HiredisRespSerializer
+    if _pack_command is None:
+        pytest.skip("hiredis is not installed")
+    commands: list[tuple[Any, ...]] = [
+        ("HELLO", 3, "AUTH", "user", "secret"),
+        ("CLIENT SETINFO", "LIB-NAME", "redis-py"),
+        (b"SELECT", 15),
+        ("SET", "k", 1.5, "PX", 60_000, "NX"),
+        (
+            "EVALSHA",
+            "a" * 40,
+            4,
+            "k1",
+            "k2",
+            "k3",
+            "k4",
+            60000,
+            "owner:1",
+            "ri",
+            "name\nrun\nkey\n",
+            604800000,
+        ),
+        ("MSET", bytearray(b"b"), memoryview(b"m"), "\u00e9t\u00e9", -(2**70), 1e300),
+    ]
+    for command in commands:
+        assert SignalSafePacker().pack(*command) == hiredis_packer().pack(*command), command
+    for bad in [("SET", "k", True), ("SET", "k", None), ("SET", "k", object())]:
+        with pytest.raises(redis.DataError):
+            SignalSafePacker().pack(*bad)
+        with pytest.raises(redis.DataError):
+            hiredis_packer().pack(*bad)
+
+
+def test_the_clients_a_store_uses_pack_commands_without_hiredis_calling_python(
+    redis_url: str, namespace: str
+) -> None:
+    """A store built from a URL, a store given a client of the user's, the embedded store: the
+    connections their pools make from now on, and those idle in them, pack with the signal-safe
+    packer."""
+    if _pack_command is None or not getattr(redis.connection, "HIREDIS_AVAILABLE", False):
+        pytest.skip("redis-py does not pack with hiredis here")
+    built = effectq.RedisStore.from_url(redis_url, namespace=namespace)
+    given = redis.Redis.from_url(redis_url)
+    given.ping()  # a connection made before the store: idle in the pool
+    before = given.connection_pool._available_connections[0]
+    store = effectq.RedisStore(given, namespace=namespace)
+    embedded = effectq.RedisStore.embedded(namespace=namespace)
+    try:
+        for client in (built.client, given, embedded.client):
+            assert isinstance(client.connection_pool.connection_kwargs["command_packer"], SignalSafePacker)
+            conn = client.connection_pool.get_connection()
+            try:
+                assert isinstance(conn._command_packer, SignalSafePacker)
+            finally:
+                client.connection_pool.release(conn)
+        assert isinstance(before._command_packer, SignalSafePacker)
+        assert built.client.ping() and given.ping() and embedded.client.ping()
+        assert store._async_lane is not None  # asyncio connections pack in Python: the packer stays behind
+    finally:
+        embedded.close()
+        built.close()
+        built.client.close()
+        store.close()
+        given.close()

@@ -69,6 +69,7 @@ _AS_THEY_ARE = frozenset(
 _LEFT_OUT = frozenset(
     {
         "retry",
+        "command_packer",
         "retry_on_error",
         "retry_on_timeout",
         "health_check_interval",
@@ -84,8 +85,9 @@ _LEFT_OUT = frozenset(
         "orig_socket_connect_timeout",
     }
 )
-"""The sync client's own machinery (retries, health checks, maintenance hooks): the lane does
-its own single retry of a dead idle connection and needs none of it."""
+"""The sync client's own machinery (retries, health checks, maintenance hooks, a command packer:
+asyncio connections pack in Python): the lane does its own single retry of a dead idle
+connection and needs none of it."""
 
 _STACKS = "_effectq_idle_connections"
 """The loop attribute holding, per async lane, its idle connections on that loop."""

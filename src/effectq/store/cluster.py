@@ -16,8 +16,9 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from ..errors import ConfigurationError, StoreError
+from .lane import protected_pool_class
 
-__all__ = ["check_cluster", "cluster_from_url", "is_cluster", "is_cluster_url"]
+__all__ = ["check_cluster", "cluster_from_url", "cluster_pools", "is_cluster", "is_cluster_url"]
 
 _SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
 MIN_VERSION = (7, 0)
@@ -75,12 +76,24 @@ def host_port(item: str, url: str, *, default: int = 6379, kind: str = "Redis Cl
 
 
 def cluster_from_url(url: str, **kwargs: Any) -> Any:
-    """A ``redis.cluster.RedisCluster`` for a ``redis+cluster://`` URL (see the module docstring)."""
+    """A ``redis.cluster.RedisCluster`` for a ``redis+cluster://`` URL (see the module docstring).
+
+    Every node's pool gives its connections the lane's signal-safe command packer
+    (:class:`~effectq.store.lane.SignalSafePacker`), the ones the client opens as it
+    starts included."""
     from redis.cluster import ClusterNode, RedisCluster
 
     first, seeds = seed_nodes(url)
     nodes = [ClusterNode(host, port) for host, port in seeds[1:]]  # type: ignore[no-untyped-call]
+    kwargs["connection_pool_class"] = protected_pool_class(kwargs.get("connection_pool_class"))
     return RedisCluster.from_url(first, startup_nodes=nodes, **kwargs)
+
+
+def cluster_pools(client: Any) -> list[Any]:
+    """The connection pools of a cluster client's nodes, as it knows them now."""
+    nodes = getattr(client, "get_nodes", None)
+    found = [getattr(node.redis_connection, "connection_pool", None) for node in nodes()] if nodes else []
+    return [pool for pool in found if pool is not None]
 
 
 def check_cluster(client: Any) -> None:

@@ -31,7 +31,7 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
-__all__ = ["Lane", "lane_for", "sent"]
+__all__ = ["Lane", "SignalSafePacker", "lane_for", "protect_pool", "protected_pool_class", "sent"]
 
 _pack_command: Callable[[tuple[Any, ...]], bytes] | None
 try:  # hiredis frames a command in C: about half the time of the Python below
@@ -53,6 +53,108 @@ _Owed = list[tuple[Settle, bytes, str | bytes]]
 
 _MAX_OWED = 64
 """Posted replies a connection may owe before the next post reads them first."""
+
+
+class SignalSafePacker:
+    """redis-py's command packer for its connections when hiredis is installed, without the crash.
+
+    redis-py hands every command to ``hiredis.pack_command`` as it is; hiredis
+    turns an int or a float into text by calling back into Python (``repr``),
+    which runs pending signal handlers, and uses the result unchecked when a
+    handler raised (a worker's time limit): the process dies of a segmentation
+    fault. Every connection's handshake sends one (``HELLO 3``, ``SELECT db``).
+    This packer turns them into text first, in Python, where such an exception is
+    raised as usual, and hands hiredis the rest as redis-py does: the same bytes.
+    """
+
+    __slots__ = ()
+
+    def pack(self, *args: Any) -> list[bytes]:
+        assert _pack_command is not None
+        first = args[0]
+        if isinstance(first, str):  # a command name with literal arguments in it ("CONFIG GET")
+            args = (*first.encode().split(), *args[1:])
+        elif b" " in first:
+            args = (*first.split(), *args[1:])
+        parts: list[Any] = []
+        for arg in args:
+            kind = type(arg)
+            if kind is int:
+                arg = str(arg)
+            elif isinstance(arg, float):
+                arg = repr(arg)  # as hiredis writes it, a subclass's own repr included
+            elif isinstance(arg, bytearray | memoryview):
+                arg = bytes(arg)
+            parts.append(arg)  # hiredis takes str and bytes as they are, and refuses the rest
+        try:
+            return [_pack_command(tuple(parts))]
+        except TypeError as exc:
+            from redis.exceptions import DataError
+
+            raise DataError(str(exc)) from exc
+
+
+_PACKER = SignalSafePacker()
+
+
+def _hiredis_packs(connection_class: Any) -> bool:
+    """Whether redis-py packs the commands of ``connection_class``'s connections with hiredis,
+    and lets them be given a packer of their own (``command_packer``)."""
+    if _pack_command is None:
+        return False
+    try:
+        import redis.connection
+    except ImportError:  # pragma: no cover - the pool is redis-py's
+        return False
+    base = getattr(redis.connection, "AbstractConnection", None)
+    packs = getattr(redis.connection, "HIREDIS_PACK_AVAILABLE", None)  # redis-py 5's name
+    if packs is None:
+        packs = getattr(redis.connection, "HIREDIS_AVAILABLE", False)
+    if not packs or base is None:
+        return False  # redis-py packs in Python: no call back into it from C
+    return isinstance(connection_class, type) and issubclass(connection_class, base)
+
+
+def protect_pool(pool: Any) -> None:
+    """Give the connections of a redis-py ``pool`` the :class:`SignalSafePacker`, where redis-py
+    would pack with hiredis and the pool has no packer of its own: every connection it makes
+    from now on, and those idle in it now. Connections checked out by another thread keep
+    redis-py's packer (the lane gives its own one when it takes it)."""
+    kwargs = getattr(pool, "connection_kwargs", None)
+    if not isinstance(kwargs, dict) or kwargs.get("command_packer") is not None:
+        return
+    if not _hiredis_packs(getattr(pool, "connection_class", None)):
+        return
+    kwargs["command_packer"] = _PACKER
+    for conn in list(getattr(pool, "_available_connections", ())):
+        _protect_connection(conn)
+
+
+_protected_classes: dict[type, type] = {}
+
+
+def protected_pool_class(base: type | None = None) -> type:
+    """A subclass of ``base`` (``redis.ConnectionPool``) whose pools :func:`protect_pool` themselves
+    when made: for clients that make their pools as they go (a cluster, one per node)."""
+    import redis
+
+    base = base or redis.ConnectionPool
+    made = _protected_classes.get(base)
+    if made is None:
+
+        def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+            base.__init__(self, *args, **kwargs)  # type: ignore[misc]
+            protect_pool(self)
+
+        made = _protected_classes[base] = type(base.__name__, (base,), {"__init__": __init__})
+    return made
+
+
+def _protect_connection(conn: Any) -> None:
+    """:func:`protect_pool` for one connection made before it: redis-py's hiredis packer replaced."""
+    packer = getattr(conn, "_command_packer", None)
+    if packer is not None and type(packer).__name__ == "HiredisRespSerializer":
+        conn._command_packer = _PACKER
 
 
 def _forget_all() -> None:  # a forked child must not write on, or read from, its parent's sockets
@@ -360,6 +462,8 @@ class Lane:
         conn, reused = None, False
         try:
             conn, reused = self._take()
+            if not reused:
+                _protect_connection(conn)  # made before the store gave the pool its packer
             if conn._sock is None:  # closed while idle (``pool.disconnect()``)
                 conn.connect()
         except Exception as exc:

@@ -41,8 +41,8 @@ from ..keys import check_namespace, key_digest, sha256, split_default_key
 from ..options import Duration, is_time_limit, seconds
 from .async_lane import AsyncLane, async_lane_for
 from .base import Claim, ClaimKind, ClaimRequest, Record, ResultState, Status, Unsubscribe
-from .cluster import check_cluster, cluster_from_url, is_cluster, is_cluster_url
-from .lane import lane_for, sent
+from .cluster import check_cluster, cluster_from_url, cluster_pools, is_cluster, is_cluster_url
+from .lane import lane_for, protect_pool, sent
 from .notify import Notifier
 from .redis_ops import RedisOperations
 from .redis_replies import STATUS, decode_claim, decode_read, packed_claim, text, when
@@ -109,6 +109,7 @@ class RedisStore(RedisOperations):
             raise ConfigurationError(
                 "RedisStore needs a client with decode_responses=False: records and results are bytes"
             )
+        _protect(client)
         self._client = client
         self._namespace = check_namespace(namespace)
         self._digest_prefix = f"{self._namespace}\x00".encode()  # what key_digest hashes first
@@ -684,6 +685,19 @@ class _Prefetched:
 
     def get(self, key: str) -> Claim | None:
         return self._found.get(self._store.record_key(key))
+
+
+def _protect(client: Any) -> None:
+    """Give the connections ``client`` makes from now on (and those idle in it) a command packer
+    that an exception from a signal handler cannot crash: redis-py's own, with hiredis
+    installed, can (see :class:`~effectq.store.lane.SignalSafePacker`). Its pool's, a
+    Sentinel-managed pool's sentinels' too, or on a cluster every node's known now."""
+    pools = cluster_pools(client) if is_cluster(client) else [getattr(client, "connection_pool", None)]
+    manager = getattr(pools[0], "sentinel_manager", None) if pools else None
+    pools += [getattr(sentinel, "connection_pool", None) for sentinel in getattr(manager, "sentinels", ())]
+    for pool in pools:
+        if pool is not None:
+            protect_pool(pool)
 
 
 def _replica_count(value: Any) -> int:
