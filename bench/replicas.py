@@ -29,9 +29,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests import servers
-
 import effectq
+from tests import servers
 
 try:
     from common import RoundTrips
