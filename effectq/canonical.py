@@ -25,8 +25,9 @@ a service in another language that hashes JCS computes the same key:
 * dataclass instances and pydantic models are objects of their fields
   (pydantic's ``model_dump()``, then these same rules);
 * anything else (and any cycle) is an :class:`~effectq.errors.InvalidInputError`
-  that names the argument and the path inside it. ``str()``, ``repr()`` and
-  pickle are never used: they are not stable across processes or versions.
+  that names the argument and the path inside it. An object's ``str()``,
+  ``repr()`` and pickle are never used: they are not stable across processes or
+  versions.
 
 Key scheme 1 (``legacy``), effectq's bytes before RFC 8785, is kept for the
 upgrade: it differs only for floats below 1e-4 or from 2**53 up, and for member

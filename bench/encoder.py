@@ -7,7 +7,7 @@ before RFC 8785, read from git (``--old REV``; without git, the legacy scheme of
 current code stands in), interleaved in one run, on a few typical inputs and on the
 rare ones whose bytes differ (a float below 1e-4, a name beyond U+FFFF).
 
-    python bench/keys.py [--number 20000] [--repeat 7] [--old REV]
+    python bench/encoder.py [--number 20000] [--repeat 7] [--old REV]
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from effectq import canonical
 
 try:
     from common import table
-except ImportError:  # imported as bench.keys
+except ImportError:  # imported as bench.encoder
     from .common import table
 
 ROOT = Path(__file__).resolve().parent.parent
