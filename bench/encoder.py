@@ -5,7 +5,8 @@ JSON and hashes it. This times what the call does now (``key_bytes``: RFC 8785's
 bytes, and the legacy scheme's too where they differ) against the encoder as it was
 before RFC 8785, read from git (``--old REV``; without git, the legacy scheme of the
 current code stands in), interleaved in one run, on a few typical inputs and on the
-rare ones whose bytes differ (a float below 1e-4, a name beyond U+FFFF).
+rare ones whose bytes differ (a float from 1e-9 to 1e-4, member names beyond U+FFFF
+that sort otherwise by UTF-16 code units).
 
     python bench/encoder.py [--number 20000] [--repeat 7] [--old REV]
 """
@@ -54,7 +55,7 @@ INPUTS: dict[str, dict[str, Any]] = {
         "ident": uuid.UUID(int=7),
         "items": [Item("A1", 2, 5.5), Item("B2", 1, 12.25)],
     },
-    "rare: a float below 1e-4": {"rate": 1e-7, "user_id": 42},
+    "rare: a float from 1e-9 to 1e-4": {"rate": 1e-7, "user_id": 42},
     "rare: a name beyond U+FFFF": {"labels": {"\U0001f600": 1, "\ufb33": 2}, "user_id": 42},
 }
 

@@ -30,8 +30,9 @@ a service in another language that hashes JCS computes the same key:
   versions.
 
 Key scheme 1 (``legacy``), effectq's bytes before RFC 8785, is kept for the
-upgrade: it differs only for floats below 1e-4 or from 2**53 up, and for member
-names with characters beyond U+FFFF. :func:`key_bytes` gives both when they
+upgrade: it differs only for floats from 1e-9 up to 1e-4 in magnitude or integral
+from 2**53 up to 1e21, and for objects whose member names, some beyond U+FFFF,
+sort otherwise by UTF-16 code units than by code points. :func:`key_bytes` gives both when they
 differ; see ``docs/keys.md``.
 """
 
@@ -120,7 +121,7 @@ def number_text(value: float) -> str:
 
 
 class _Number:
-    """A float whose RFC 8785 text is not Python's (below 1e-4, or integral from 2**53 up)."""
+    """A float whose RFC 8785 text is not Python's (1e-9 up to 1e-4, or integral from 2**53 up to 1e21)."""
 
     __slots__ = ("value",)
 
@@ -130,6 +131,16 @@ class _Number:
 
 def _utf16(name: str) -> bytes:
     return name.encode("utf-16-be", "surrogatepass")
+
+
+def _astral(name: str) -> bool:
+    """Whether ``name`` has a character beyond U+FFFF (two UTF-16 code units)."""
+    return not name.isascii() and max(name) > "\uffff"
+
+
+def _reordered(names: Mapping[str, Any]) -> bool:
+    """Whether UTF-16 order and code point order of these names differ (never without an astral one)."""
+    return sorted(names) != sorted(names, key=_utf16)
 
 
 def _write(node: Any, out: list[str]) -> None:
@@ -254,9 +265,11 @@ class _Canon:
         if value.is_integer():
             if magnitude < _MAX_EXACT:
                 return int(value)
-        elif magnitude >= 1e-4:  # not integral, so below 2**52: Python writes it as ECMAScript does
+            if magnitude >= 1e21:  # Python writes it as ECMAScript does: 1e+21, 1.5e+300
+                return value
+        elif magnitude >= 1e-4 or magnitude < 1e-9:  # as ECMAScript too: 0.5, 1.5e-10, 5e-324
             return value
-        self.special = True
+        self.special = True  # 1e-9 up to 1e-4 (1e-07, 1e-05), or integral from 2**53 up to 1e21
         return value if self.legacy else _Number(value)
 
     def _enter(self, value: Any, path: str) -> int:
@@ -277,11 +290,15 @@ class _Canon:
         ident = self._enter(value, path)
         try:
             out: dict[str, Any] = {}
+            astral = False
             for k, v in value.items():
                 name = self._key(k, path)
                 if name in out:
                     raise self.fail(path, f"two keys both become {name!r}")
+                astral = astral or _astral(name)
                 out[name] = self.convert(v, f"{path}.{name}", depth + 1)
+            if astral and _reordered(out):
+                self.special = True
             return out
         finally:
             self._active.discard(ident)
@@ -290,8 +307,6 @@ class _Canon:
         if isinstance(key, enum.Enum):
             key = key.value
         if isinstance(key, str):
-            if not key.isascii() and max(key) > "\uffff":  # UTF-16 order is not code point order
-                self.special = True
             return str(key)
         if isinstance(key, bool) or key is None:
             return json.dumps(key)
@@ -425,7 +440,9 @@ def _canonical(arguments: Mapping[str, Any], legacy: bool) -> tuple[bytes, bool]
     for name, value in arguments.items():
         canon = _Canon(name, legacy)
         tree[name] = canon.convert(value, name, 0)
-        special = special or canon.special or (not name.isascii() and max(name) > "\uffff")
+        special = special or canon.special
+    if not special and any(_astral(name) for name in tree) and _reordered(tree):
+        special = True
     text = _text(tree) if legacy else _rfc_text(tree, special)
     return _utf8(text, tree), special
 
@@ -441,8 +458,8 @@ def canonical_arguments(arguments: Mapping[str, Any], *, legacy: bool = False) -
 def key_bytes(arguments: Mapping[str, Any], *, legacy: bool = False) -> tuple[bytes, bytes | None]:
     """Canonical JSON of bound arguments under one key scheme, and under the other when it differs.
 
-    The second is ``None`` for nearly every input: the schemes differ only for floats
-    below 1e-4 or from 2**53 up and for names beyond U+FFFF, and only then is it computed.
+    The second is ``None`` for nearly every input: the schemes differ only for a few
+    floats and member names (see the module's notes), and only then is it computed.
     """
     data, special = _canonical(arguments, legacy)
     if not special:

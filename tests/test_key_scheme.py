@@ -68,6 +68,23 @@ def test_the_legacy_scheme_sorts_names_by_code_point() -> None:
     assert canonical_arguments(arguments).decode() == '{"labels":{"\U0001f600":2,"\ufb33":1}}'
 
 
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        {"v": 1.5e-10},
+        {"v": 5e-324},
+        {"v": 1e21},
+        {"v": -1.5e300},
+        {"v": 0.0001},
+        {"labels": {"\U0001f600": 1, "ok": 2}},  # an emoji, but no name the two orders put otherwise
+    ],
+)
+def test_floats_and_names_python_already_writes_as_rfc8785_need_no_bridge(arguments: dict[str, Any]) -> None:
+    rfc, other = key_bytes(arguments)
+    assert other is None
+    assert rfc == canonical_arguments(arguments, legacy=True)
+
+
 _TEXT = st.text(st.characters(exclude_categories=["Cs"]), max_size=6)
 _TREE = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | _TEXT,
