@@ -46,6 +46,7 @@ __all__ = [
     "has_marker",
     "idempotency_key",
     "key_scheme",
+    "legacy_keys",
     "set_key_scheme",
 ]
 
