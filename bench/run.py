@@ -10,17 +10,21 @@ Needs the bench extra: pip install -e '.[bench]' (Powertools, matplotlib).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import sys
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import async_latency
 import contention
 import e2e
+import encoder
 import latency
 import memory
 import pieces
@@ -37,6 +41,7 @@ SIZES: dict[str, dict[str, Any]] = {
         "repeat": 2,
         "memory": 20,
         "tasks": 20,
+        "encodes": 200,
     },
     "small": {
         "latency": 3000,
@@ -47,6 +52,7 @@ SIZES: dict[str, dict[str, Any]] = {
         "repeat": 10,
         "memory": 200,
         "tasks": 600,
+        "encodes": 5000,
     },
     "large": {
         "latency": 30000,
@@ -57,8 +63,69 @@ SIZES: dict[str, dict[str, Any]] = {
         "repeat": 30,
         "memory": 2000,
         "tasks": 2000,
+        "encodes": 20000,
     },
 }
+
+
+STEPS = (
+    "latency",
+    "pieces",
+    "async latency",
+    "redelivery",
+    "contention",
+    "memory",
+    "end to end",
+    "canonical JSON",
+)
+
+
+class Progress:
+    """A line on stderr when each step starts and every ``every`` seconds while it runs.
+
+    A run takes minutes (the large size, much longer): the line says which step is
+    running, how far through the steps, and for how long, so a quiet terminal is not
+    mistaken for a hung one. stdout keeps only the report.
+    """
+
+    def __init__(self, steps: tuple[str, ...] = STEPS, *, every: float = 5.0, out: TextIO = sys.stderr):
+        self._steps = steps
+        self._every = every
+        self._out = out
+        self._began = time.monotonic()
+        self._step = ""
+        self._step_began = self._began
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._tick, name="bench-progress", daemon=True)
+
+    def _line(self) -> str:
+        now = time.monotonic()
+        number = self._steps.index(self._step) + 1 if self._step in self._steps else 0
+        return (
+            f"[bench {now - self._began:5.0f} s] {self._step} ({number}/{len(self._steps)}), "
+            f"{now - self._step_began:.0f} s in this step"
+        )
+
+    def _say(self) -> None:
+        self._out.write(self._line() + "\n")
+        self._out.flush()
+
+    def _tick(self) -> None:
+        while not self._done.wait(self._every):
+            self._say()
+
+    @contextlib.contextmanager
+    def step(self, name: str) -> Iterator[None]:
+        self._step, self._step_began = name, time.monotonic()
+        self._say()
+        if not self._thread.is_alive() and not self._done.is_set():
+            self._thread.start()
+        yield
+
+    def close(self) -> None:
+        self._done.set()
+        if self._thread.is_alive():
+            self._thread.join()
 
 
 def plot(lat: dict[str, Any], red: list[dict[str, Any]], out: Path) -> Path | None:
@@ -118,19 +185,29 @@ def main(argv: list[str] | None = None) -> int:
     size = SIZES[args.size]
     began = time.perf_counter()
     args.out.mkdir(parents=True, exist_ok=True)
-    with redis_server(args.redis_url) as url:
+    progress = Progress()
+    with redis_server(args.redis_url) as url, contextlib.closing(progress):
         where = machine(url)
         with pinned():  # one process, timed call by call: kept off Redis' CPU
-            lat = latency.measure(url, size["latency"])
-            cleanup(url, *lat["cleanup"])
-            parts = pieces.measure(url, size["latency"])
-            cleanup(url, *parts["cleanup"])
-            alat = async_latency.measure(url, size["latency"])
-            cleanup(url, *alat["cleanup"])
-        red = redelivery.measure(url, size["sizes"], size["repeat"])
-        con = contention.measure(url, size["processes"], size["keys"], size["rounds"])
-        mem = memory.measure(url, size["memory"])
-        end = e2e.measure(url, size["tasks"])
+            with progress.step("latency"):
+                lat = latency.measure(url, size["latency"])
+                cleanup(url, *lat["cleanup"])
+            with progress.step("pieces"):
+                parts = pieces.measure(url, size["latency"])
+                cleanup(url, *parts["cleanup"])
+            with progress.step("async latency"):
+                alat = async_latency.measure(url, size["latency"])
+                cleanup(url, *alat["cleanup"])
+        with progress.step("redelivery"):
+            red = redelivery.measure(url, size["sizes"], size["repeat"])
+        with progress.step("contention"):
+            con = contention.measure(url, size["processes"], size["keys"], size["rounds"])
+        with progress.step("memory"):
+            mem = memory.measure(url, size["memory"])
+        with progress.step("end to end"):
+            end = e2e.measure(url, size["tasks"])
+        with progress.step("canonical JSON"):
+            encodes = encoder.measure(size["encodes"], 5, encoder.OLD_REV)
     stamp = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
     sections = [
         f"## effectq benchmarks ({args.size} size, {stamp})",
@@ -150,6 +227,8 @@ def main(argv: list[str] | None = None) -> int:
         memory.report(mem),
         "",
         e2e.report(end),
+        "",
+        encoder.report(*encodes),
         "",
         f"All of the above took {time.perf_counter() - began:.0f} s.",
     ]

@@ -2,11 +2,20 @@
 
 The default effect key hashes the canonical JSON of the bound arguments, so two
 calls with equal input must produce equal bytes, and unequal input different
-bytes. The rules:
+bytes. The bytes are those of RFC 8785, the JSON Canonicalization Scheme (JCS), so
+a service in another language that hashes JCS computes the same key:
 
-* object keys are sorted; ``NaN`` and ``Infinity`` are refused;
-* a float with an integral value is written as an integer (``1.0`` and ``1``
-  are the same input, as in RFC 8785);
+* object members are sorted by their names' UTF-16 code units; strings are
+  UTF-8, with only ``"``, ``\\`` and control characters escaped; a lone
+  surrogate is refused (it is not Unicode text);
+* numbers are written as ECMAScript writes them (``1e+21``, ``1e-7``,
+  ``0.000001``, ``10000000000000000``); ``NaN`` and ``Infinity`` are refused;
+  a float with an integral value is the integer (``1.0`` and ``1`` are the same
+  input); ``-0.0`` is ``0``;
+* an ``int`` is written with all its digits. Within ±2**53 that is RFC 8785's
+  form; beyond it RFC 8785 has only doubles, which would make two different large
+  ids one input, so effectq keeps every digit (an id a JavaScript number cannot
+  hold exactly should travel as a string);
 * tuples are lists; sets and frozensets are lists sorted by the canonical
   bytes of their members;
 * ``datetime``/``date``/``time`` are ISO 8601 strings, ``timedelta`` is seconds,
@@ -16,8 +25,15 @@ bytes. The rules:
 * dataclass instances and pydantic models are objects of their fields
   (pydantic's ``model_dump()``, then these same rules);
 * anything else (and any cycle) is an :class:`~effectq.errors.InvalidInputError`
-  that names the argument and the path inside it. ``str()``, ``repr()`` and
-  pickle are never used: they are not stable across processes or versions.
+  that names the argument and the path inside it. An object's ``str()``,
+  ``repr()`` and pickle are never used: they are not stable across processes or
+  versions.
+
+Key scheme 1 (``legacy``), effectq's bytes before RFC 8785, is kept for the
+upgrade: it differs only for floats from 1e-9 up to 1e-4 in magnitude or integral
+from 2**53 up to 1e21, and for objects whose member names, some beyond U+FFFF,
+sort otherwise by UTF-16 code units than by code points. :func:`key_bytes` gives both when they
+differ; see ``docs/keys.md``.
 """
 
 from __future__ import annotations
@@ -37,7 +53,15 @@ from typing import Any
 
 from .errors import InvalidInputError
 
-__all__ = ["MAX_DEPTH", "canonical_arguments", "canonical_hash", "canonical_json", "canonicalize"]
+__all__ = [
+    "MAX_DEPTH",
+    "canonical_arguments",
+    "canonical_hash",
+    "canonical_json",
+    "canonicalize",
+    "key_bytes",
+    "number_text",
+]
 
 MAX_DEPTH = 100
 """Deepest nesting accepted in an input; deeper input is refused with a clear error."""
@@ -51,18 +75,109 @@ _c_encoder = (
         None, _encoder.default, json.encoder.encode_basestring, None, ":", ",", True, False, False
     )
 )
+_quote = json.encoder.encode_basestring  # RFC 8785's escapes: ", \ and U+0000-U+001F, lowercase hex
 
 
-def _dumps(tree: Any) -> bytes:
-    """``_encoder.encode(tree)`` as UTF-8, without building an encoder per call.
+def _text(tree: Any) -> str:
+    """``_encoder.encode(tree)``, without building an encoder per call.
 
     The same C encoder ``JSONEncoder.encode`` makes on every call, made once; no
     circular-reference markers, since a canonical tree is built fresh (and the
-    canonicaliser refuses cycles itself).
+    canonicaliser refuses cycles itself). For a tree without :class:`_Number` and
+    without member names beyond U+FFFF its text is RFC 8785's: the C encoder writes
+    floats of 1e-4 up to 1e16 as ECMAScript does, and sorts names by code point, which
+    is UTF-16 order for names of the Basic Multilingual Plane.
     """
     if _c_encoder is None:  # pragma: no cover - interpreters without the C accelerator
-        return _encoder.encode(tree).encode("utf-8")
-    return "".join(_c_encoder(tree, 0)).encode("utf-8")
+        return _encoder.encode(tree)
+    return "".join(_c_encoder(tree, 0))
+
+
+def number_text(value: float) -> str:
+    """A finite float as RFC 8785 (ECMAScript's ``Number.prototype.toString``) writes it.
+
+    The digits are Python's shortest round-trip digits (``repr``), placed as
+    ECMAScript places them: plain from 1e-6 up to 1e21, else ``d.ddde±x``.
+    """
+    if value == 0:
+        return "0"
+    sign = "-" if value < 0 else ""
+    mantissa, _, exponent = repr(abs(value)).partition("e")
+    whole, _, fraction = mantissa.partition(".")
+    digits = (whole + fraction).lstrip("0")
+    point = len(whole) + (int(exponent) if exponent else 0) - (len(whole + fraction) - len(digits))
+    digits = digits.rstrip("0")  # value == 0.digits * 10**point
+    count = len(digits)
+    if count <= point <= 21:
+        return sign + digits + "0" * (point - count)
+    if 0 < point <= 21:
+        return sign + digits[:point] + "." + digits[point:]
+    if -6 < point <= 0:
+        return sign + "0." + "0" * -point + digits
+    power = point - 1
+    mark = "+" if power >= 0 else "-"
+    head = digits if count == 1 else digits[0] + "." + digits[1:]
+    return f"{sign}{head}e{mark}{abs(power)}"
+
+
+class _Number:
+    """A float whose RFC 8785 text is not Python's (1e-9 up to 1e-4, or integral from 2**53 up to 1e21)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: float) -> None:
+        self.value = value
+
+
+def _utf16(name: str) -> bytes:
+    return name.encode("utf-16-be", "surrogatepass")
+
+
+def _astral(name: str) -> bool:
+    """Whether ``name`` has a character beyond U+FFFF (two UTF-16 code units)."""
+    return not name.isascii() and max(name) > "\uffff"
+
+
+def _reordered(names: Mapping[str, Any]) -> bool:
+    """Whether UTF-16 order and code point order of these names differ (never without an astral one)."""
+    return sorted(names) != sorted(names, key=_utf16)
+
+
+def _write(node: Any, out: list[str]) -> None:
+    """Append RFC 8785 text of a canonical tree to ``out`` (any tree; :func:`_text` is the fast one)."""
+    cls = type(node)
+    if cls is str:
+        out.append(_quote(node))
+    elif cls is dict:
+        out.append("{")
+        for i, name in enumerate(sorted(node, key=_utf16)):
+            if i:
+                out.append(",")
+            out.append(_quote(name))
+            out.append(":")
+            _write(node[name], out)
+        out.append("}")
+    elif cls is list:
+        out.append("[")
+        for i, item in enumerate(node):
+            if i:
+                out.append(",")
+            _write(item, out)
+        out.append("]")
+    elif cls is _Number:
+        out.append(number_text(node.value))
+    elif cls is float:
+        out.append(number_text(node))
+    else:  # int, bool, None
+        out.append(json.dumps(node))
+
+
+def _rfc_text(tree: Any, special: bool) -> str:
+    if not special:
+        return _text(tree)
+    out: list[str] = []
+    _write(tree, out)
+    return "".join(out)
 
 
 _SCALARS = (str, int, bool, type(None))
@@ -70,7 +185,7 @@ _MAX_EXACT = 2**53
 
 
 def canonical_json(value: Any, *, argument: str = "input") -> bytes:
-    """Return the canonical JSON bytes of ``value``.
+    """Return the canonical (RFC 8785) JSON bytes of ``value``.
 
     Args:
         value: the input.
@@ -79,8 +194,9 @@ def canonical_json(value: Any, *, argument: str = "input") -> bytes:
     Raises:
         InvalidInputError: the value (or something inside it) cannot be canonicalised.
     """
-    tree = canonicalize(value, argument=argument)
-    return _dumps(tree)
+    canon = _Canon(argument)
+    tree = canon.convert(value, argument, 0)
+    return _utf8(_rfc_text(tree, canon.special), {argument: tree})
 
 
 def canonical_hash(value: Any, *, argument: str = "input") -> str:
@@ -89,16 +205,36 @@ def canonical_hash(value: Any, *, argument: str = "input") -> str:
 
 
 def canonicalize(value: Any, *, argument: str = "input") -> Any:
-    """Return a tree of JSON types (dict/list/str/int/float/bool/None) for ``value``."""
-    return _Canon(argument).convert(value, argument, 0)
+    """Return a tree of JSON types (dict/list/str/int/float/bool/None) for ``value``.
+
+    A float whose RFC 8785 text Python does not write is in the tree as an
+    ``int`` (integral floats) or as the float itself (render it with
+    :func:`number_text`).
+    """
+    return _plain(_Canon(argument).convert(value, argument, 0))
+
+
+def _plain(node: Any) -> Any:
+    cls = type(node)
+    if cls is _Number:
+        value = node.value
+        return int(number_text(value)) if value.is_integer() and abs(value) < 1e21 else value
+    if cls is dict:
+        return {name: _plain(item) for name, item in node.items()}
+    if cls is list:
+        return [_plain(item) for item in node]
+    return node
 
 
 class _Canon:
-    __slots__ = ("_active", "_argument")
+    __slots__ = ("_active", "_argument", "legacy", "special")
 
-    def __init__(self, argument: str) -> None:
+    def __init__(self, argument: str, legacy: bool = False) -> None:
         self._argument = argument
         self._active: set[int] = set()
+        self.legacy = legacy
+        self.special = False
+        """Whether the tree holds what RFC 8785 and key scheme 1 may write differently."""
 
     def fail(self, path: str, why: str) -> InvalidInputError:
         where = f"argument {path!r}" if path == self._argument else f"{path!r} in argument {self._argument!r}"
@@ -125,9 +261,16 @@ class _Canon:
     def _float(self, value: float, path: str) -> Any:
         if math.isnan(value) or math.isinf(value):
             raise self.fail(path, f"{value!r} is not valid JSON")
-        if value.is_integer() and abs(value) < _MAX_EXACT:
-            return int(value)
-        return value
+        magnitude = abs(value)
+        if value.is_integer():
+            if magnitude < _MAX_EXACT:
+                return int(value)
+            if magnitude >= 1e21:  # Python writes it as ECMAScript does: 1e+21, 1.5e+300
+                return value
+        elif magnitude >= 1e-4 or magnitude < 1e-9:  # as ECMAScript too: 0.5, 1.5e-10, 5e-324
+            return value
+        self.special = True  # 1e-9 up to 1e-4 (1e-07, 1e-05), or integral from 2**53 up to 1e21
+        return value if self.legacy else _Number(value)
 
     def _enter(self, value: Any, path: str) -> int:
         ident = id(value)
@@ -147,11 +290,15 @@ class _Canon:
         ident = self._enter(value, path)
         try:
             out: dict[str, Any] = {}
+            astral = False
             for k, v in value.items():
                 name = self._key(k, path)
                 if name in out:
                     raise self.fail(path, f"two keys both become {name!r}")
+                astral = astral or _astral(name)
                 out[name] = self.convert(v, f"{path}.{name}", depth + 1)
+            if astral and _reordered(out):
+                self.special = True
             return out
         finally:
             self._active.discard(ident)
@@ -168,7 +315,8 @@ class _Canon:
         if isinstance(key, uuid.UUID):
             return str(key)
         if isinstance(key, float):
-            return _encoder.encode(self._float(key, path))
+            number = self._float(key, path)
+            return number_text(number.value) if type(number) is _Number else _encoder.encode(number)
         raise self.fail(path, f"a mapping key of type {type(key).__qualname__} is not a string")
 
     def _other(self, value: Any, path: str, depth: int) -> Any:
@@ -221,7 +369,9 @@ class _Canon:
             items = [self.convert(item, f"{path}{{}}", depth + 1) for item in value]
         finally:
             self._active.discard(ident)
-        return sorted(items, key=_encoder.encode)
+        if self.legacy:
+            return sorted(items, key=_encoder.encode)
+        return sorted(items, key=lambda item: _rfc_text(item, self.special))
 
     def _dataclass(self, value: Any, path: str, depth: int) -> dict[str, Any]:
         ident = self._enter(value, path)
@@ -244,9 +394,75 @@ class _Canon:
         return self.convert(dumped, path, depth + 1)
 
 
-def canonical_arguments(arguments: Mapping[str, Any]) -> bytes:
-    """Canonical JSON of bound arguments; an error names the argument at fault."""
-    if all(type(value) in _SCALARS for value in arguments.values()):  # already canonical
-        return _dumps(arguments)
-    tree = {name: _Canon(name).convert(value, name, 0) for name, value in arguments.items()}
-    return _dumps(tree)
+def _utf8(text: str, trees: Mapping[str, Any]) -> bytes:
+    """``text`` as UTF-8; a lone surrogate in it is an InvalidInputError naming where it is."""
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        for name, tree in trees.items():
+            path = _surrogate_at(tree, name)
+            if path is not None:
+                raise _Canon(name).fail(
+                    path, "it holds a lone surrogate (U+D800-U+DFFF), which is not Unicode text"
+                ) from None
+        raise  # pragma: no cover - every string of the text is in one of the trees
+
+
+def _surrogate_at(node: Any, path: str) -> str | None:
+    if type(node) is str:
+        try:
+            node.encode("utf-8")
+        except UnicodeEncodeError:
+            return path
+        return None
+    if type(node) is dict:
+        for name, item in node.items():
+            found = _surrogate_at(name, path) or _surrogate_at(item, f"{path}.{name}")
+            if found is not None:
+                return found
+    elif type(node) is list:
+        for i, item in enumerate(node):
+            found = _surrogate_at(item, f"{path}[{i}]")
+            if found is not None:
+                return found
+    return None
+
+
+def _canonical(arguments: Mapping[str, Any], legacy: bool) -> tuple[bytes, bool]:
+    """The bytes of bound arguments under one scheme, and whether the other may differ."""
+    for name, value in arguments.items():
+        if type(value) not in _SCALARS or not name.isascii():
+            break
+    else:  # already canonical, and the same under both schemes
+        return _utf8(_text(arguments), arguments), False
+    tree: dict[str, Any] = {}
+    special = False
+    for name, value in arguments.items():
+        canon = _Canon(name, legacy)
+        tree[name] = canon.convert(value, name, 0)
+        special = special or canon.special
+    if not special and any(_astral(name) for name in tree) and _reordered(tree):
+        special = True
+    text = _text(tree) if legacy else _rfc_text(tree, special)
+    return _utf8(text, tree), special
+
+
+def canonical_arguments(arguments: Mapping[str, Any], *, legacy: bool = False) -> bytes:
+    """Canonical JSON of bound arguments; an error names the argument at fault.
+
+    ``legacy``: key scheme 1's bytes (effectq's before RFC 8785) instead of RFC 8785's.
+    """
+    return _canonical(arguments, legacy)[0]
+
+
+def key_bytes(arguments: Mapping[str, Any], *, legacy: bool = False) -> tuple[bytes, bytes | None]:
+    """Canonical JSON of bound arguments under one key scheme, and under the other when it differs.
+
+    The second is ``None`` for nearly every input: the schemes differ only for a few
+    floats and member names (see the module's notes), and only then is it computed.
+    """
+    data, special = _canonical(arguments, legacy)
+    if not special:
+        return data, None
+    other = _canonical(arguments, not legacy)[0]
+    return data, None if other == data else other

@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from datetime import timedelta
 from typing import Any, Generic, ParamSpec, TypeVar, overload
 
-from .canonical import canonical_arguments
+from .canonical import key_bytes
 from .codec import ResultCodec, result_annotation
 from .context import EffectContext, KeyContext, bind_effect, unbind_effect
 from .engine import (
@@ -42,7 +42,7 @@ from .errors import (
     describe_exception,
 )
 from .flights import Flight, flights
-from .keys import check_key, check_name, default_key, sha256
+from .keys import bridge_hash, bridge_key, check_key, check_name, default_key, legacy_keys, sha256
 from .options import (
     FROM_ANNOTATION,
     EffectOptions,
@@ -156,17 +156,23 @@ class Effect(Generic[P, R]):
         if self._codec is None:
             self.codec  # noqa: B018 - an unrecordable return type fails here, before a claim
         ordinal, seq = bound_run.next_ordinal(self.name)
+        store = bound_run.store
         if options.key is None:
-            input_hash = sha256(canonical_arguments(self._keyed(arguments))).hexdigest()
+            data, other = key_bytes(self._keyed(arguments), legacy=legacy_keys())
+            input_hash = sha256(data).hexdigest()
             key = default_key(bound_run.id, self.name, input_hash)
+            if other is not None:  # the other key scheme's key differs: a record there is this call's
+                key = bridge_key(store, key, default_key(bound_run.id, self.name, sha256(other).hexdigest()))
         else:
             ctx = KeyContext(run_id=bound_run.id, name=self.name, ordinal=ordinal, seq=seq, run=bound_run)
             key = check_key(options.key(arguments, ctx), name=self.name)
             try:  # 128 bits are plenty to tell two inputs of one key apart
-                input_hash = sha256(canonical_arguments(self._keyed(arguments))).hexdigest()[:32]
+                data, other = key_bytes(self._keyed(arguments), legacy=legacy_keys())
+                input_hash = sha256(data).hexdigest()[:32]
+                if other is not None:
+                    input_hash = bridge_hash(store, key, input_hash, sha256(other).hexdigest()[:32])
             except InvalidInputError:
                 input_hash = ""  # the key function is the identity; no mismatch check
-        store = bound_run.store
         # Positional, in ClaimRequest's field order: a class called with keywords builds a
         # dict of them first, which costs more than the rest of building it.
         request = ClaimRequest(

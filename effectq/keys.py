@@ -7,12 +7,21 @@ An effect key names one application of one effect. The default key is::
 Effect names may not contain ``:``, so the key parses unambiguously from the
 right even when a run id contains colons. A key function may return any other
 non-empty string instead. The store prefixes every key with its namespace.
+
+The canonical JSON follows a key scheme (:class:`KeyScheme`): RFC 8785 by default,
+or ``legacy``, effectq's bytes before it, for a fleet that upgrades in two steps
+(``EFFECTQ_KEY_SCHEME=legacy``, or :func:`set_key_scheme`). The schemes give the same
+key for nearly every input; where they differ, a call first looks for a record under
+the other scheme's key and joins it (:func:`bridge_key`), so an effect claimed or
+applied before the upgrade is not applied again by a redelivery after it.
 """
 
 from __future__ import annotations
 
+import enum
 import hashlib
 import importlib
+import os
 import re
 import sys
 import uuid
@@ -24,6 +33,9 @@ from .errors import ConfigurationError, InvalidKeyError
 
 __all__ = [
     "MAX_KEY_LENGTH",
+    "KeyScheme",
+    "bridge_hash",
+    "bridge_key",
     "check_key",
     "check_name",
     "check_namespace",
@@ -33,6 +45,9 @@ __all__ = [
     "find_markers",
     "has_marker",
     "idempotency_key",
+    "key_scheme",
+    "legacy_keys",
+    "set_key_scheme",
 ]
 
 MAX_KEY_LENGTH = 1024
@@ -91,6 +106,80 @@ def check_key(key: object, *, name: str) -> str:
 def default_key(run_id: str, name: str, input_hash: str) -> str:
     """The default effect key: ``run id:effect name:input hash``."""
     return f"{run_id}:{name}:{input_hash}"
+
+
+class KeyScheme(enum.StrEnum):
+    """How the canonical JSON of an effect's input is written, before it is hashed into a key."""
+
+    RFC8785 = "rfc8785"
+    """Scheme 2, the default: RFC 8785 (JCS), the bytes a service in another language computes."""
+    LEGACY = "legacy"
+    """Scheme 1: effectq's bytes before RFC 8785 (Python's float text, names by code point)."""
+
+
+KEY_SCHEME_VARIABLE = "EFFECTQ_KEY_SCHEME"
+_legacy: bool | None = None
+
+
+def _scheme(value: object) -> KeyScheme:
+    try:
+        return KeyScheme(str(value).strip().lower())
+    except ValueError:
+        raise ConfigurationError(
+            f"key scheme {value!r} is not known: use 'rfc8785' (the default) or 'legacy'"
+        ) from None
+
+
+def key_scheme() -> KeyScheme:
+    """This process's key scheme: :func:`set_key_scheme`'s, else ``$EFFECTQ_KEY_SCHEME``, else RFC 8785."""
+    return KeyScheme.LEGACY if legacy_keys() else KeyScheme.RFC8785
+
+
+def legacy_keys() -> bool:
+    """Whether this process writes keys under the legacy scheme (read once, then kept)."""
+    global _legacy
+    legacy = _legacy
+    if legacy is None:
+        chosen = _scheme(os.environ.get(KEY_SCHEME_VARIABLE) or KeyScheme.RFC8785)
+        legacy = _legacy = chosen is KeyScheme.LEGACY
+    return legacy
+
+
+def set_key_scheme(scheme: KeyScheme | str | None) -> KeyScheme:
+    """Choose the key scheme for this process (``None``: back to ``$EFFECTQ_KEY_SCHEME``); returns it.
+
+    Call it before the first effect call, in every process of the fleet alike (a
+    Celery worker's ``worker_process_init``, say): keys are computed per call.
+    """
+    global _legacy
+    _legacy = None if scheme is None else _scheme(scheme) is KeyScheme.LEGACY
+    return key_scheme()
+
+
+class _Reads(Protocol):
+    def get(self, key: str) -> Any: ...
+
+
+def bridge_key(store: _Reads, key: str, other: str) -> str:
+    """``other`` (the key under the other key scheme) if the store holds a record under it, else ``key``.
+
+    Called only for an input the schemes write differently. A record under the other
+    key was made by a process on the other scheme (a worker not yet upgraded, or a
+    redelivery of a call it began), so the call joins it: its result replays, its
+    claim holds, an unknown outcome stays unknown.
+    """
+    return other if store.get(other) is not None else key
+
+
+def bridge_hash(store: _Reads, key: str, input_hash: str, other: str) -> str:
+    """The input hash to claim a key function's ``key`` with: ``other`` if its record was made with it.
+
+    A key function's key does not change with the scheme, but the input hash kept to
+    tell two inputs of one key apart does; this keeps a redelivery across the upgrade
+    from being taken for a different input.
+    """
+    record = store.get(key)
+    return other if record is not None and record.input_hash == other else input_hash
 
 
 def idempotency_key(namespace: str, key: str) -> str:

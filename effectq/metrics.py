@@ -22,11 +22,20 @@ What is exported:
 Alert on ``effectq_oldest_unknown_age_seconds > 900`` (someone must settle an
 effect) and on ``rate(effectq_events_total{kind="store_error"}[5m]) > 0``;
 docs/operations.md has the rules.
+
+Workers that fork (Celery's prefork pool, gunicorn) use prometheus_client's
+multiprocess mode: every process counts into ``PROMETHEUS_MULTIPROC_DIR``, and the
+one process that serves ``/metrics`` serves :func:`multiprocess_registry`, which
+reads those files and the stores' gauges (docs/metrics.md)::
+
+    effectq.metrics.install()                 # in every process (or once before forking)
+    start_http_server(9108, registry=effectq.metrics.multiprocess_registry(stores=[store]))
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
@@ -41,7 +50,7 @@ if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
     from prometheus_client.metrics_core import Metric
 
-__all__ = ["DURATION_BUCKETS", "Metrics", "install"]
+__all__ = ["DURATION_BUCKETS", "Metrics", "install", "multiprocess_registry"]
 
 log = logging.getLogger("effectq.metrics")
 
@@ -144,10 +153,62 @@ def install(
         registry=registry,
     )
     watched = list(stores)
+    if watched and _multiprocess_dir() is not None:
+        log.warning(
+            "effectq metrics: PROMETHEUS_MULTIPROC_DIR is set, so this process's registry is not what "
+            "/metrics serves; pass stores= to effectq.metrics.multiprocess_registry() in the process "
+            "that serves it, where one collector reads the gauges for all workers"
+        )
     gauges = _IndexCollector(watched, min_interval) if watched else None
     if gauges is not None:
         registry.register(gauges)
     return Metrics(registry, counter, histogram, gauges)
+
+
+def _multiprocess_dir() -> str | None:
+    # the lowercase name is prometheus_client's older spelling, still read by it
+    return os.environ.get("PROMETHEUS_MULTIPROC_DIR") or os.environ.get("prometheus_multiproc_dir")  # noqa: SIM112
+
+
+def multiprocess_registry(
+    *,
+    stores: Iterable[OperatorStore] = (),
+    min_interval: float = 5.0,
+    path: str | None = None,
+) -> CollectorRegistry:
+    """The registry to serve ``/metrics`` from when workers fork: all processes' counts, one set of gauges.
+
+    Every process that runs effects calls :func:`install` (its counters and
+    histograms then write to files in ``PROMETHEUS_MULTIPROC_DIR``, prometheus_client's
+    multiprocess mode, which must be set before prometheus_client is first imported).
+    The serving process (Celery's main process, gunicorn's arbiter, or a process of
+    its own) serves this registry: prometheus_client's ``MultiProcessCollector``
+    sums the files, and the stores' gauges, which come from Redis and not from any
+    one worker, are read here once per scrape (at most every ``min_interval`` seconds).
+
+    Args:
+        stores: stores whose unknown and in-flight records are exported as gauges.
+        min_interval: read each store's indexes at most this often (seconds).
+        path: the multiprocess directory (default: ``$PROMETHEUS_MULTIPROC_DIR``).
+
+    Raises:
+        ConfigurationError: no multiprocess directory is set, or it is not a directory.
+    """
+    prometheus = _prometheus()
+    from prometheus_client import multiprocess
+
+    registry: CollectorRegistry = prometheus.CollectorRegistry()
+    try:
+        multiprocess.MultiProcessCollector(registry, path=path)  # type: ignore[no-untyped-call]
+    except ValueError as exc:
+        raise ConfigurationError(
+            f"Prometheus multiprocess mode needs a directory ({exc}): set PROMETHEUS_MULTIPROC_DIR to an "
+            f"empty directory before any process imports prometheus_client (docs/metrics.md)"
+        ) from exc
+    watched = list(stores)
+    if watched:
+        registry.register(_IndexCollector(watched, min_interval))
+    return registry
 
 
 class _IndexCollector:
