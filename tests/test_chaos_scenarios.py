@@ -157,6 +157,19 @@ def test_retry(tmp_path: Path) -> None:
     _bites(_run(options, effectq=False))
 
 
+def test_chord(tmp_path: Path) -> None:
+    """Chords under SIGKILLs of busy workers: the header tasks' effects and the callback's one effect per
+    chord (keyed by the chord's group id, ``chord:{request.group}``) apply once each; without effectq the
+    callback's effect applies twice."""
+    options = _options("chord", tmp_path)
+    report = _run(options)
+    _passes(report)
+    assert report.kills > 0 and report.options.chords == 4
+    harmed = _run(options, effectq=False)
+    _bites(harmed)
+    assert "of chord callbacks" in harmed.render()
+
+
 def test_prefork_children(tmp_path: Path) -> None:
     """Only prefork pool children running a task SIGKILLed (task_reject_on_worker_lost): each effect once."""
     options = _options("prefork-children", tmp_path)

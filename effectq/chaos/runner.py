@@ -131,6 +131,8 @@ class Options:
         progress: seconds between two progress lines (0: none; they go to :func:`run_chaos`'s
             ``progress`` callback).
         stall: seconds without any event after which the unfinished tasks are sent again.
+        chord: Celery only: the tasks go out as chords of this many header tasks, each chord's
+            callback one more task of one effect, keyed by the chord's group id (0: no chords).
     """
 
     configuration: str = "celery-redis"
@@ -170,6 +172,22 @@ class Options:
     time_limit: float = 0.0
     progress: float = 0.0
     stall: float = STALL
+    chord: int = 0
+
+    @property
+    def chords(self) -> int:
+        """How many chords the tasks make (0 without chords)."""
+        return -(-self.tasks // self.chord) if self.chord else 0
+
+    @property
+    def units(self) -> int:
+        """The tasks that must finish: the tasks, and each chord's callback."""
+        return self.tasks + self.chords
+
+    def identities(self) -> list[str]:
+        """Every effect the run must apply once: ``task:index``, and ``callback:0`` per chord."""
+        found = [f"{t}:{i}" for t in range(self.tasks) for i in range(self.effects)]
+        return found + [f"{self.tasks + c}:0" for c in range(self.chords)]
 
     @property
     def broker_visibility(self) -> float:
@@ -266,13 +284,23 @@ class Report:
         return self.verdict.extra if self.verdict else 0
 
     @property
+    def callback_duplicates(self) -> int:
+        """Applications beyond the first of the chords' callback effects (one per chord)."""
+        if self.verdict is None or not self.options.chord:
+            return 0
+        tasks = self.options.tasks
+        return sum(
+            n - 1 for identity, n in self.verdict.duplicates.items() if int(identity.split(":")[0]) >= tasks
+        )
+
+    @property
     def missing(self) -> int:
         return len(self.verdict.missing) if self.verdict else 0
 
     @property
     def not_done(self) -> int:
         """Tasks that never finished."""
-        return self.options.tasks - self.finished
+        return self.options.units - self.finished
 
     @property
     def harmed(self) -> bool:
@@ -296,10 +324,11 @@ class Report:
             "scenario": o.scenario or o.configuration,
             "configuration": o.configuration,
             "effectq": o.effectq,
-            "tasks": o.tasks,
+            "tasks": o.units,
+            "chords": o.chords,
             "finished": self.finished,
             "not_done": self.not_done,
-            "effects": o.tasks * o.effects,
+            "effects": len(o.identities()),
             "kills": self.kills,
             "child_kills": self.child_kills,
             "terms": self.terms,
@@ -318,6 +347,7 @@ class Report:
             "time_limits": self.time_limits,
             "applications": self.verdict.applications if self.verdict else 0,
             "duplicates": self.duplicates,
+            "callback_duplicates": self.callback_duplicates,
             "missing": self.missing,
             "wrong": self.wrong,
             "reconciled": self.reconciled,
@@ -372,6 +402,8 @@ class Report:
         pools = "" if o.configuration.startswith("dramatiq") or o.pool == "solo" else f", pool {o.pool}"
         idle = f" (+{o.idle_workers} idle)" if o.idle_workers else ""
         title = f"{o.scenario}: " if o.scenario and o.scenario != o.configuration else ""
+        chords = f"; {o.chords} chords of {o.chord} header tasks and a callback" if o.chord else ""
+        callbacks = ", 1 per chord callback" if o.chord else ""
         rows = [
             (
                 "configuration",
@@ -379,8 +411,8 @@ class Report:
                 f"{o.workers} workers{idle}{pools}",
             ),
             ("faults", self._faults()),
-            ("tasks", f"{o.tasks} ({self.finished} finished, {self.not_done} not done)"),
-            ("effects", f"{o.tasks * o.effects} ({o.effects} per task)"),
+            ("tasks", f"{o.units} ({self.finished} finished, {self.not_done} not done){chords}"),
+            ("effects", f"{len(o.identities())} ({o.effects} per task{callbacks})"),
             (
                 "kills",
                 f"{self.kills} SIGKILL, {self.child_kills} of a pool child, {self.deaths} died on their own",
@@ -400,7 +432,11 @@ class Report:
             ("retries", f"{self.retries} executions were retries ({self.retry_asks} asked by the tasks)"),
             ("time limits", f"{self.time_limits} executions interrupted by their time limit"),
             ("applications", str(self.verdict.applications if self.verdict else 0)),
-            ("duplicates", str(self.duplicates)),
+            (
+                "duplicates",
+                str(self.duplicates)
+                + (f" ({self.callback_duplicates} of chord callbacks)" if o.chord else ""),
+            ),
             ("missing", str(self.missing)),
             ("wrong results", str(self.wrong)),
             ("unknown", f"{self.reconciled} resolved by reconcile, {self.unknown} left for an operator"),
@@ -443,7 +479,7 @@ class Report:
             return f"FAIL: {self.verdict}" + (f"; {self.wrong} wrong results" if self.wrong else "")
         if self.wrong:
             return f"FAIL: {self.wrong} effects returned another value than the one they applied"
-        effects = o.tasks * o.effects
+        effects = len(o.identities())
         return f"PASS: {effects} effects, each applied exactly once across {self.redeliveries} redeliveries"
 
 
@@ -488,6 +524,7 @@ def run_chaos(options: Options, progress: Callable[[str], None] | None = None) -
             retry=options.retry,
             late=options.late,
             time_limit=options.time_limit,
+            chord=options.chord,
         )
         with _answering(broker_url, "the broker"):
             producer = Producer(config)
@@ -501,8 +538,16 @@ def run_chaos(options: Options, progress: Callable[[str], None] | None = None) -
         ledger = Ledger.from_url(options.redis_url, name)
         chaos = _Chaos(options, rng, ledger, producer, report, started, server, proxy, progress)
         with _answering(broker_url, "the broker"):
-            for task_no in range(options.tasks):
-                chaos.send(task_no, countdown=options.countdown)
+            if options.chord:
+                for c in range(options.chords):
+                    header = list(range(c * options.chord, min(options.tasks, (c + 1) * options.chord)))
+                    group = producer.send_chord(
+                        header, options.tasks + c, options.effects, pause=options.pause
+                    )
+                    chaos.groups[options.tasks + c] = (group, header)
+            else:
+                for task_no in range(options.tasks):
+                    chaos.send(task_no, countdown=options.countdown)
         store_proxies: dict[str, Proxy] = {}
         if options.partition:
             for i in range(options.workers):
@@ -534,9 +579,7 @@ def run_chaos(options: Options, progress: Callable[[str], None] | None = None) -
             raise
         report.elapsed = time.monotonic() - started
         with _answering(options.redis_url, "Redis (the ledger)"):
-            report.verdict = verdict(
-                ledger, (f"{t}:{i}" for t in range(options.tasks) for i in range(options.effects))
-            )
+            report.verdict = verdict(ledger, options.identities())
             if report.verdict.duplicates and options.effectq:
                 twice = report.verdict.duplicates
                 report.evidence = [a for a in ledger.applications() if a.identity in twice][:30]
@@ -604,6 +647,8 @@ class _Chaos:
         self.partitioned: dict[str, float] = {}  # worker name -> when its path to the store heals
         self.cursor = 0
         self.strikes = 0
+        self.groups: dict[int, tuple[str, list[int]]] = {}  # callback task -> (its chord's group id, header)
+        self.called_again: set[int] = set()  # the callbacks sent again (once each)
 
     def send(self, task_no: int, *, countdown: float = 0.0) -> None:
         o = self.options
@@ -627,7 +672,7 @@ class _Chaos:
             every(o.partition),
         )
         frozen_for = max(o.lease * 2, o.lease + 3.0)
-        while len(self.finished) < o.tasks:
+        while len(self.finished) < o.units:
             time.sleep(0.2)
             now = time.monotonic()
             if now - self.started > o.timeout:
@@ -636,6 +681,9 @@ class _Chaos:
             with _answering(o.redis_url, "Redis (the ledger)"):
                 events, self.cursor = self.ledger.events_since(self.cursor)
             if events:
+                last_event = now
+            elif now - last_event > o.stall and o.chord:
+                self._resend_callbacks()
                 last_event = now
             elif now - last_event > o.stall and now >= self.store_frozen_until:
                 broker = self.producer.config.broker
@@ -654,6 +702,9 @@ class _Chaos:
                 self.server.resume()
                 self.store_frozen_until = 0.0
             self._tend(workers, idle, now)
+            if report.deaths > 5 * (o.workers + o.idle_workers) and not report.deliveries:
+                report.timed_out = True  # the workers die as they start: their logs say why
+                break
             if now - self.started > o.timeout * CALM_AFTER:
                 if not report.calmed:  # let the stragglers finish: a liveness matter, not a safety one
                     report.calmed = now - self.started
@@ -710,6 +761,26 @@ class _Chaos:
         if self.server is not None and self.store_frozen_until:
             self.server.resume()
         report.finished = len(self.finished)
+
+    def _resend_callbacks(self) -> None:
+        """Send again the callbacks of chords whose header tasks all finished, in their chord's group.
+
+        Celery's Redis result backend claims a chord's dispatch before it sends the callback: a
+        worker killed holding the claim leaves the chord without a callback when the copy of its
+        header task comes back before the claim expires. The callback keyed by its group id applies
+        its effect once however many times it is sent. (Header tasks are not sent again: a header
+        task sent alone belongs to no chord; RabbitMQ redelivers them.)"""
+        lost = [
+            (callback, group)
+            for callback, (group, header) in self.groups.items()
+            if callback not in self.finished | self.called_again and all(t in self.finished for t in header)
+        ]
+        self.called_again.update(callback for callback, _ in lost)
+        broker = self.producer.config.broker
+        with _answering(broker, "the broker"):
+            for callback, group in lost:
+                self.producer.send_callback(callback, group)
+        self.report.resent += len(lost)
 
     def _count(self, events: list[dict[str, Any]]) -> None:
         report = self.report
@@ -809,7 +880,7 @@ class _Chaos:
         kills = r.kills + r.child_kills + r.terms + r.quits
         return (
             f"effectq chaos {now - self.started:5.0f}s: "
-            f"{len(self.finished)}/{self.options.tasks} tasks done, "
+            f"{len(self.finished)}/{self.options.units} tasks done, "
             f"{kills} kills, {max(0, r.deliveries - len(self.finished))} redeliveries, "
             f"{r.copies} copies, {duplicates} duplicates so far"
         )

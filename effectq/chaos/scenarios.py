@@ -111,6 +111,21 @@ SCENARIOS: dict[str, Scenario] = {
             "long": {"tasks": 500, "effects": 4, "workers": 3, "timeout": 1200.0},
         },
     ),
+    "chord": Scenario(
+        "celery-rabbitmq",
+        "Celery chords on RabbitMQ (results on Redis): three header tasks of three effects each, "
+        "and a callback applying one effect per chord, keyed by the chord's group id "
+        "(effectq_run_id='chord:{request.group}'), lingering after it on its first run; busy workers "
+        "SIGKILLed",
+        "a chord whose header tasks or callback are delivered again: every header task's effects run "
+        "again, and the callback's 'once per chord' effect (a summary mail, an invoice) twice "
+        "(django-celery-results#397, celery#3538)",
+        {"chord": 3, "target": "busy", "kill_every": (1.5, 3.0), "pause": 0.1, "stall": 6.0},
+        {
+            "ci": {"tasks": 12, "effects": 3, "workers": 2, "timeout": 120.0},
+            "long": {"tasks": 600, "effects": 3, "workers": 3, "timeout": 1200.0},
+        },
+    ),
     "prefork-children": Scenario(
         "celery-redis",
         "prefork workers (two children each) with task_reject_on_worker_lost; only pool children "

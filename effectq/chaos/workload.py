@@ -58,6 +58,10 @@ class WorkloadConfig:
             ``"autoretry"`` (it raises :class:`Transient`, which ``autoretry_for`` /
             Dramatiq's Retries middleware retry with a backoff), ``"mixed"`` (odd tasks
             autoretry, even tasks count down).
+        chord: Celery only: tasks go out as chords of this many header tasks, whose callback
+            (``chaos.chord_done``, run id ``chord:{request.group}``) applies one effect per chord
+            and lingers :data:`CALLBACK_LINGER` seconds after it on its first run (so kills land
+            there); results go to a Redis result backend on the ledger's server. 0: no chords.
     """
 
     kind: str
@@ -76,6 +80,7 @@ class WorkloadConfig:
     retry: str = ""
     late: str = ""
     time_limit: float = 0.0
+    chord: int = 0
 
     def to_env(self) -> dict[str, str]:
         """The environment variables a worker process reads."""
@@ -89,7 +94,8 @@ class WorkloadConfig:
         for f in fields(cls):
             raw = env.get(_PREFIX + f.name.upper())
             if raw is not None:
-                values[f.name] = float(raw) if f.type in ("float", float) else raw
+                kind = {"float": float, "int": int}.get(str(f.type))
+                values[f.name] = kind(raw) if kind is not None else raw
         missing = [n for n in ("kind", "broker", "store", "ledger", "name") if n not in values]
         if missing:
             raise RuntimeError(
@@ -104,6 +110,22 @@ class WorkloadConfig:
     def queue(self) -> str:
         """The queue this run's tasks go through."""
         return f"effectq-chaos-{self.name}"
+
+    @property
+    def prefix(self) -> str:
+        """The prefix of every Redis key this run's broker and result backend create."""
+        return f"effectq-chaos-{self.name}:"
+
+    def results(self) -> dict[str, Any]:
+        """The Celery settings of the result backend chords need (none without chords)."""
+        if not self.chord:
+            return {}
+        return {
+            "result_backend": self.ledger,
+            "result_backend_transport_options": {"global_keyprefix": self.prefix},
+            "task_ignore_result": False,
+            "result_expires": 3600,
+        }
 
 
 class Transient(Exception):
@@ -125,16 +147,18 @@ def work(
     retry_after: int = 0,
     retry: Any = None,
     retries: int = 0,
+    linger: float = 0.0,
 ) -> int:
     """The body of every chaos task: apply ``effects`` effects in order.
 
     ``hold_after`` (>= 1) makes the first delivery stop after that many effects and
     wait to be killed; ``retry_after`` makes it ask the task queue for a retry
     there instead (``retry()`` raises the queue's retry); ``pause`` spaces the
-    effects so random kills land mid-task. ``retries`` (the queue's retry count of
-    this execution) goes on the ledger's ``start`` event; every execution that
-    does not die notes ``stop``, and an effect that returns another value than
-    the one it applied notes ``wrong``.
+    effects so random kills land mid-task; ``linger`` makes the first execution
+    wait that long after its last effect (a kill there delivers the task again).
+    ``retries`` (the queue's retry count of this execution) goes on the ledger's
+    ``start`` event; every execution that does not die notes ``stop``, and an
+    effect that returns another value than the one it applied notes ``wrong``.
     """
     run = effectq.active_run()
     ledger.note("start", task=task_no, retries=retries)
@@ -151,6 +175,8 @@ def work(
                 retry()
             if pause:
                 time.sleep(pause)
+        if linger and ledger.arm(f"linger:{task_no}"):
+            _linger(linger)  # the first execution waits here, its effects applied, where kills land
     except OutcomeUnknown as exc:
         ledger.note("unknown", task=task_no, key=exc.key)
         raise
@@ -170,6 +196,9 @@ def work(
     )
     return effects
 
+
+CALLBACK_LINGER = 2.0
+"""Seconds a chord's callback lingers after its effect on its first run, where kills land."""
 
 _TIME_LIMITS = ("TimeLimitExceeded", "SoftTimeLimitExceeded")
 """The exceptions a task queue raises into a task that outran its time limit."""
@@ -249,10 +278,10 @@ def _celery_app(config: WorkloadConfig, ledger: Ledger) -> Any:
     from celery import Celery
 
     celery_app = Celery(f"effectq-chaos-{config.name}", broker=config.broker)
+    settings: dict[str, Any] = {"task_ignore_result": True, **config.results()}
     celery_app.conf.update(
         task_acks_late=True,
         task_reject_on_worker_lost=True,
-        task_ignore_result=True,
         task_default_queue=config.queue,
         worker_prefetch_multiplier=1,
         worker_enable_remote_control=False,
@@ -262,8 +291,9 @@ def _celery_app(config: WorkloadConfig, ledger: Ledger) -> Any:
             "visibility_timeout": config.visibility,
             "unacked_restore_interval": 1,  # look for a dead worker's tasks every second (kombu >= 5.5)
             "unacked_restore_throttle": 1,
-            "global_keyprefix": f"effectq-chaos-{config.name}:",
+            "global_keyprefix": config.prefix,
         },
+        **settings,
     )
     apply = _effect(config, ledger)
     if config.effectq == "on":
@@ -303,7 +333,27 @@ def _celery_app(config: WorkloadConfig, ledger: Ledger) -> Any:
             retries=retries,
         )
 
+    if config.chord:
+        _chord_callback(celery_app, config, ledger, apply)
     return celery_app
+
+
+def _chord_callback(celery_app: Any, config: WorkloadConfig, ledger: Ledger, apply: Any) -> None:
+    """The chords' callback: one effect per chord, keyed by the chord's group id."""
+    run_id = {"effectq_run_id": "chord:{request.group}"} if config.effectq == "on" else {}
+
+    @celery_app.task(  # type: ignore[untyped-decorator]
+        name="chaos.chord_done",
+        autoretry_for=(StoreError, Fenced, ConnectionError),
+        retry_backoff=1,
+        retry_backoff_max=5,
+        max_retries=None,
+        bind=True,
+        **run_id,
+    )
+    def chord_done(self: Any, results: list[int], task_no: int) -> int:
+        retries = self.request.retries or 0
+        return work(ledger, apply, task_no, 1, 0, 0.0, retries=retries, linger=CALLBACK_LINGER) + sum(results)
 
 
 def _dramatiq_broker(config: WorkloadConfig, ledger: Ledger) -> Any:
