@@ -180,11 +180,15 @@ def test_prefork_children(tmp_path: Path) -> None:
 
 
 def test_pools(tmp_path: Path) -> None:
-    """Threads-pool workers, two tasks per process, SIGKILLed at random: each effect once."""
+    """A threads-pool and a gevent-pool worker on RabbitMQ, two tasks per process, SIGKILLed at random:
+    each effect once; without effectq, duplicates."""
+    pytest.importorskip("gevent")
     options = _options("pools", tmp_path)
     report = _run(options)
     _passes(report)
-    assert report.kills > 0 and (options.pool, options.concurrency) == ("threads", 2)
+    assert report.kills > 0 and (options.pool_of(0), options.pool_of(1)) == ("threads", "gevent")
+    assert "succeeded" in (tmp_path / "w1.log").read_text()  # the gevent worker ran tasks
+    _bites(_run(options, effectq=False))
 
 
 def test_shutdown_of_prefork_workers(tmp_path: Path) -> None:

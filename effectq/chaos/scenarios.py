@@ -145,14 +145,17 @@ SCENARIOS: dict[str, Scenario] = {
         },
     ),
     "pools": Scenario(
-        "celery-redis",
-        "Celery workers on the threads pool (two threads each), SIGKILLed at random and restarted",
-        "workers whose pool runs several tasks in one process (threads): one kill takes every "
-        "task of the process, each then delivered again",
-        {"pool": "threads", "concurrency": 2},
+        "celery-rabbitmq",
+        "Celery workers on RabbitMQ, one on the threads pool and one on the gevent pool (two tasks "
+        "at once each), SIGKILLed at random and restarted",
+        "workers whose pool runs several tasks in one process (threads, gevent greenlets): one kill "
+        "takes every task of the process, each then delivered again. gevent runs on RabbitMQ: on the "
+        "Redis broker an idle gevent worker never restores unacked messages (celery#4968, kombu#1025), "
+        "which effectq's start-up check names",
+        {"pool": "threads,gevent", "concurrency": 2},
         {
             "ci": {"tasks": 24, "effects": 4, "workers": 2, "timeout": 120.0},
-            "long": {"tasks": 800, "effects": 5, "workers": 3, "timeout": 1200.0},
+            "long": {"tasks": 800, "effects": 5, "workers": 4, "timeout": 1200.0},
         },
     ),
     "shutdown": Scenario(
