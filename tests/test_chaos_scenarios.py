@@ -254,3 +254,18 @@ def test_redis_restart(tmp_path: Path) -> None:
     report = _run(_options("redis-restart", tmp_path))
     _passes(report)
     assert report.store_restarts > 0 and report.kills > 0
+
+
+def test_redis_restart_without_persistence_says_so_before_it_starts(tmp_path: Path) -> None:
+    """A store Redis restarted with persistence off: before any task runs, the run says what
+    ``effectq doctor`` says of such a server (a restart loses every record), and the report repeats it."""
+    argv = ("--store-persistence", "off", "--tasks", "6", "--effects", "3")
+    options = _options("redis-restart", tmp_path, *argv)
+    assert options.persistence is False
+    lines: list[str] = []
+    report = run_chaos(options, progress=lines.append)
+    print(report.render())
+    assert lines and lines[0].startswith("effectq chaos: warning: the store's Redis 127.0.0.1:")
+    assert "appendonly no, no persistence at all: a restart loses every record" in lines[0]
+    assert report.warnings and report.warnings[0] in lines[0] and "warning" in report.render()
+    assert report.store_restarts > 0

@@ -82,6 +82,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--no-kills", action="store_true", help="no kills or shutdowns (other faults only)")
     p.add_argument("--redis-restart", type=float, metavar="SECONDS",
                    help="put the store on its own redis-server and restart it every SECONDS")  # fmt: skip
+    p.add_argument("--store-persistence", choices=("aof", "off"), default="aof",
+                   help="the store's own redis-server: append-only (default), or no persistence")  # fmt: skip
     p.add_argument("--store-pause", type=float, metavar="SECONDS",
                    help="the store on its own redis-server, frozen past the lease every SECONDS")  # fmt: skip
     p.add_argument("--partition", type=float, metavar="SECONDS",
@@ -141,6 +143,7 @@ def options_from(args: argparse.Namespace) -> Options:
         log_dir=args.log_dir,
         workload=args.workload,
         progress=args.progress,
+        persistence=args.store_persistence == "aof",
         **values,
     )
 

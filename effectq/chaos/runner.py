@@ -131,6 +131,8 @@ class Options:
         progress: seconds between two progress lines (0: none; they go to :func:`run_chaos`'s
             ``progress`` callback).
         stall: seconds without any event after which the unfinished tasks are sent again.
+        persistence: whether the store's own redis-server writes an append-only file (``False``:
+            none, and no snapshots: a restart loses every record, which the run says before it starts).
         chord: Celery only: the tasks go out as chords of this many header tasks, each chord's
             callback one more task of one effect, keyed by the chord's group id (0: no chords).
     """
@@ -172,6 +174,7 @@ class Options:
     time_limit: float = 0.0
     progress: float = 0.0
     stall: float = STALL
+    persistence: bool = True
     chord: int = 0
 
     @property
@@ -240,6 +243,8 @@ class Report:
         calmed: when the faults stopped to let the last tasks finish (0: they never had to).
         evidence: the ledger's applications of the effects that applied more than once (the
             first 30: key, fencing token, process, time), to tell what happened.
+        warnings: what ``effectq doctor`` finds wrong with the store's Redis for the run's faults
+            (said before the run starts: a restarted store without persistence loses records).
     """
 
     options: Options
@@ -273,6 +278,7 @@ class Report:
     logs: str = ""
     tail: dict[str, str] = field(default_factory=dict)
     evidence: list[Application] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def redeliveries(self) -> int:
@@ -358,6 +364,7 @@ class Report:
             "elapsed": round(self.elapsed, 3),
             "timed_out": self.timed_out,
             "conclusion": self.conclusion(),
+            "warnings": self.warnings,
             "evidence": [
                 {"identity": a.identity, "key": a.idempotency_key, "token": a.token, "pid": a.pid, "at": a.at}
                 for a in self.evidence
@@ -460,7 +467,8 @@ class Report:
                 f"at +{a.at - first:.3f}s"
                 for a in self.evidence
             ]
-        return "\n".join(["effectq chaos", *lines, "", self.conclusion()])
+        notes = [f"  warning        {w}" for w in self.warnings]
+        return "\n".join(["effectq chaos", *notes, *lines, "", self.conclusion()])
 
     def conclusion(self) -> str:
         o = self.options
@@ -476,7 +484,8 @@ class Report:
                 return f"WITHOUT EFFECTQ: {harm}; the chaos bites"
             return "PROVED NOTHING: without effectq the chaos caused no duplicate; make it harsher"
         if self.duplicates or self.missing:
-            return f"FAIL: {self.verdict}" + (f"; {self.wrong} wrong results" if self.wrong else "")
+            warned = "; as warned before the run, the store's Redis lost records" if self.warnings else ""
+            return f"FAIL: {self.verdict}" + (f"; {self.wrong} wrong results" if self.wrong else "") + warned
         if self.wrong:
             return f"FAIL: {self.wrong} effects returned another value than the one they applied"
         effects = len(o.identities())
@@ -503,10 +512,14 @@ def run_chaos(options: Options, progress: Callable[[str], None] | None = None) -
         store_url = options.redis_url
         server: RedisServer | None = None
         if options.own_store:
-            server = RedisServer(log_dir / "store-redis")
+            server = RedisServer(log_dir / "store-redis", persistent=options.persistence)
             server.start()
             stack.callback(server.stop)
             store_url = server.url
+        if options.redis_restart:
+            report.warnings = _restart_findings(store_url)
+            for warning in report.warnings:
+                (progress or log.warning)(f"effectq chaos: warning: {warning}")
         config = WorkloadConfig(
             kind=queue_kind,
             broker=broker_url,
@@ -589,6 +602,24 @@ def run_chaos(options: Options, progress: Callable[[str], None] | None = None) -
         if proxy is not None:
             report.cuts = proxy.cuts
     return report
+
+
+def _restart_findings(url: str) -> list[str]:
+    """What ``effectq doctor``'s persistence check finds on the store's Redis the run will restart."""
+    import redis
+
+    from ..doctor import Level, check_persistence, examine, nodes
+
+    client = redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5)
+    try:
+        return [
+            f"the store's Redis {f.node} is restarted during this run: {f.summary}"
+            for node in nodes(client)
+            for f in examine(node, (check_persistence,))
+            if f.level is not Level.OK
+        ]
+    finally:
+        client.close()
 
 
 def _through(config: WorkloadConfig, proxy: Proxy | None) -> WorkloadConfig:
