@@ -21,6 +21,7 @@ from typing import Any
 
 from .runner import AMQP_URL, KILL_WITH, REDIS_URL, Options, Report, Unreachable, run_chaos
 from .scenarios import SCENARIOS
+from .user import load, parse_send
 
 __all__ = ["INFRASTRUCTURE", "main", "parser"]
 
@@ -110,6 +111,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--log-dir", help="keep worker logs here")
     p.add_argument("--progress", type=float, default=10.0, metavar="SECONDS",
                    help="a progress line on stderr every SECONDS (default 10; 0: none)")  # fmt: skip
+    p.add_argument("--app", metavar="MODULE[:ATTR]",
+                   help="your Celery app or Dramatiq broker module, run unchanged (with --send)")  # fmt: skip
+    p.add_argument("--send", action="append", default=[], metavar="'TASK(ARGS)'",
+                   help="a task of --app to send, e.g. 'shop.fulfil({unique})' ({n}: the task's number; "
+                   "repeat for more, used in turn)")  # fmt: skip
     p.add_argument("--workload", default="effectq.chaos.workload", metavar="MODULE",
                    help="the module workers run (yours: see docs/testing.md)")  # fmt: skip
     return p
@@ -144,6 +150,8 @@ def options_from(args: argparse.Namespace) -> Options:
         workload=args.workload,
         progress=args.progress,
         persistence=args.store_persistence == "aof",
+        app=args.app or "",
+        send=tuple(args.send),
         **values,
     )
 
@@ -167,6 +175,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     options = options_from(args)
+    if options.app:
+        if not options.send:
+            p.error("--app needs at least one --send 'task_name(arguments...)'")
+        if args.compare or not options.effectq:
+            p.error(
+                "--app runs your tasks as they are, with effectq: --compare and --effectq off need "
+                "the runner's own workload"
+            )
+        try:
+            for template in options.send:
+                parse_send(template)
+            target = load(options.app)
+        except (ImportError, ValueError) as exc:
+            p.error(str(exc))
+        options = replace(options, configuration=target.configuration, scenario=options.app)
     for pool in {options.pool_of(i) for i in range(options.workers)} & {"gevent", "eventlet"}:
         if importlib.util.find_spec(pool) is None:
             p.error(f"--pool {pool} needs {pool} installed in this environment (pip install {pool})")

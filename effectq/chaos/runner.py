@@ -32,6 +32,7 @@ from ..testing.ledger import Application, Ledger, Verdict, verdict
 from ..testing.workers import Producer, WorkerProcess
 from .proxy import Proxy
 from .redis_server import RedisServer
+from .user import Send, UserProducer, load
 from .workload import WorkloadConfig
 
 __all__ = [
@@ -133,6 +134,10 @@ class Options:
         stall: seconds without any event after which the unfinished tasks are sent again.
         persistence: whether the store's own redis-server writes an append-only file (``False``:
             none, and no snapshots: a restart loses every record, which the run says before it starts).
+        app: your Celery app or Dramatiq broker module (``module[:attribute]``): the workers run it
+            unchanged and the tasks are ``send``'s (see :mod:`effectq.chaos.user`); ``""``: the
+            runner's own workload.
+        send: the tasks to send with ``app``, ``name(arguments...)`` templates used in turn.
         chord: Celery only: the tasks go out as chords of this many header tasks, each chord's
             callback one more task of one effect, keyed by the chord's group id (0: no chords).
     """
@@ -176,6 +181,8 @@ class Options:
     stall: float = STALL
     persistence: bool = True
     chord: int = 0
+    app: str = ""
+    send: tuple[str, ...] = ()
 
     @property
     def chords(self) -> int:
@@ -189,6 +196,8 @@ class Options:
 
     def identities(self) -> list[str]:
         """Every effect the run must apply once: ``task:index``, and ``callback:0`` per chord."""
+        if self.app:
+            return []  # your tasks: the effects effectq ran are the expected ones
         found = [f"{t}:{i}" for t in range(self.tasks) for i in range(self.effects)]
         return found + [f"{self.tasks + c}:0" for c in range(self.chords)]
 
@@ -279,6 +288,7 @@ class Report:
     tail: dict[str, str] = field(default_factory=dict)
     evidence: list[Application] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    expected: int = 0
 
     @property
     def redeliveries(self) -> int:
@@ -334,7 +344,7 @@ class Report:
             "chords": o.chords,
             "finished": self.finished,
             "not_done": self.not_done,
-            "effects": len(o.identities()),
+            "effects": self.expected,
             "kills": self.kills,
             "child_kills": self.child_kills,
             "terms": self.terms,
@@ -411,6 +421,7 @@ class Report:
         title = f"{o.scenario}: " if o.scenario and o.scenario != o.configuration else ""
         chords = f"; {o.chords} chords of {o.chord} header tasks and a callback" if o.chord else ""
         callbacks = ", 1 per chord callback" if o.chord else ""
+        per = f"{o.effects} per task{callbacks}" if not o.app else "each one effectq ran, counted by its key"
         rows = [
             (
                 "configuration",
@@ -419,7 +430,7 @@ class Report:
             ),
             ("faults", self._faults()),
             ("tasks", f"{o.units} ({self.finished} finished, {self.not_done} not done){chords}"),
-            ("effects", f"{len(o.identities())} ({o.effects} per task{callbacks})"),
+            ("effects", f"{self.expected} ({per})"),
             (
                 "kills",
                 f"{self.kills} SIGKILL, {self.child_kills} of a pool child, {self.deaths} died on their own",
@@ -488,7 +499,7 @@ class Report:
             return f"FAIL: {self.verdict}" + (f"; {self.wrong} wrong results" if self.wrong else "") + warned
         if self.wrong:
             return f"FAIL: {self.wrong} effects returned another value than the one they applied"
-        effects = len(o.identities())
+        effects = self.expected
         return f"PASS: {effects} effects, each applied exactly once across {self.redeliveries} redeliveries"
 
 
@@ -498,8 +509,11 @@ def run_chaos(options: Options, progress: Callable[[str], None] | None = None) -
     Raises:
         Unreachable: Redis or the broker did not answer (before the run, or while it ran).
     """
-    queue_kind, broker_kind = CONFIGURATIONS[options.configuration]
+    target = load(options.app) if options.app else None
+    queue_kind, broker_kind = CONFIGURATIONS[target.configuration if target else options.configuration]
     broker_url = options.redis_url if broker_kind == "redis" else options.amqp_url
+    if target is not None and target.kind == "celery":
+        broker_url = str(target.obj.conf.broker_url)
     _reachable(options.redis_url, "Redis (the ledger and store)")
     if broker_url != options.redis_url:
         _reachable(broker_url, "the RabbitMQ broker")
@@ -538,9 +552,16 @@ def run_chaos(options: Options, progress: Callable[[str], None] | None = None) -
             late=options.late,
             time_limit=options.time_limit,
             chord=options.chord,
+            app=options.app,
         )
+        producer: Producer | UserProducer
         with _answering(broker_url, "the broker"):
-            producer = Producer(config)
+            if target is not None:
+                config = replace(config, module="effectq.chaos.user")
+                producer = UserProducer(config, target, [Send(t) for t in options.send])
+                config = replace(config, queue_name=producer.queues() if target.kind == "dramatiq" else "")
+            else:
+                producer = Producer(config)
         stack.callback(_cleanup, producer)
         proxy: Proxy | None = None
         worker_config = config
@@ -551,7 +572,7 @@ def run_chaos(options: Options, progress: Callable[[str], None] | None = None) -
         ledger = Ledger.from_url(options.redis_url, name)
         chaos = _Chaos(options, rng, ledger, producer, report, started, server, proxy, progress)
         with _answering(broker_url, "the broker"):
-            if options.chord:
+            if options.chord and isinstance(producer, Producer):
                 for c in range(options.chords):
                     header = list(range(c * options.chord, min(options.tasks, (c + 1) * options.chord)))
                     group = producer.send_chord(
@@ -592,7 +613,9 @@ def run_chaos(options: Options, progress: Callable[[str], None] | None = None) -
             raise
         report.elapsed = time.monotonic() - started
         with _answering(options.redis_url, "Redis (the ledger)"):
-            report.verdict = verdict(ledger, options.identities())
+            expected = options.identities() or sorted(ledger.counts())  # yours: what effectq ran
+            report.expected = len(expected)
+            report.verdict = verdict(ledger, expected)
             if report.verdict.duplicates and options.effectq:
                 twice = report.verdict.duplicates
                 report.evidence = [a for a in ledger.applications() if a.identity in twice][:30]
@@ -653,7 +676,7 @@ class _Chaos:
         options: Options,
         rng: random.Random,
         ledger: Ledger,
-        producer: Producer,
+        producer: Producer | UserProducer,
         report: Report,
         started: float,
         server: RedisServer | None,
@@ -810,6 +833,7 @@ class _Chaos:
         broker = self.producer.config.broker
         with _answering(broker, "the broker"):
             for callback, group in lost:
+                assert isinstance(self.producer, Producer)
                 self.producer.send_callback(callback, group)
         self.report.resent += len(lost)
 
@@ -1015,7 +1039,7 @@ def _stop_all(workers: list[WorkerProcess]) -> None:
         worker.stop()
 
 
-def _cleanup(producer: Producer) -> None:
+def _cleanup(producer: Producer | UserProducer) -> None:
     try:
         producer.cleanup()
     except Exception as exc:  # a broker gone away: its queues stay, the report still stands

@@ -62,6 +62,9 @@ class WorkloadConfig:
             (``chaos.chord_done``, run id ``chord:{request.group}``) applies one effect per chord
             and lingers :data:`CALLBACK_LINGER` seconds after it on its first run (so kills land
             there); results go to a Redis result backend on the ledger's server. 0: no chords.
+        app: your Celery app or Dramatiq broker module (``module[:attribute]``), which
+            :mod:`effectq.chaos.user` runs unchanged; ``""``: this module's tasks.
+        queue_name: the queue the workers consume, when not the run's own (a Dramatiq actor's).
     """
 
     kind: str
@@ -81,6 +84,8 @@ class WorkloadConfig:
     late: str = ""
     time_limit: float = 0.0
     chord: int = 0
+    app: str = ""
+    queue_name: str = ""
 
     def to_env(self) -> dict[str, str]:
         """The environment variables a worker process reads."""
@@ -109,7 +114,7 @@ class WorkloadConfig:
     @property
     def queue(self) -> str:
         """The queue this run's tasks go through."""
-        return f"effectq-chaos-{self.name}"
+        return self.queue_name or f"effectq-chaos-{self.name}"
 
     @property
     def prefix(self) -> str:
@@ -421,7 +426,7 @@ app: Any = None
 broker: Any = None
 """The Dramatiq broker, when the environment says ``kind=dramatiq``."""
 
-if os.environ.get(_PREFIX + "KIND"):
+if os.environ.get(_PREFIX + "KIND") and not os.environ.get(_PREFIX + "APP"):  # (APP: effectq.chaos.user)
     _config = WorkloadConfig.from_env()
     _ledger = Ledger.from_url(_config.ledger, _config.name)
     if _config.kind == "celery":
