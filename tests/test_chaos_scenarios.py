@@ -33,8 +33,14 @@ def _options(name: str, tmp_path: Path, *argv: str) -> Options:
 
 
 def _run(options: Options, **changes: object) -> Report:
-    report = run_chaos(dataclasses.replace(options, **changes))  # type: ignore[arg-type]
+    """Run the scenario; every run longer than two progress periods printed its progress lines."""
+    lines: list[str] = []
+    changes.setdefault("progress", 1.0)
+    report = run_chaos(dataclasses.replace(options, **changes), progress=lines.append)  # type: ignore[arg-type]
     print(report.render())
+    progress = [line for line in lines if "tasks done" in line]
+    if report.elapsed > 3.0:
+        assert progress and "kills" in progress[-1] and "duplicates so far" in progress[-1], lines
     return report
 
 
@@ -164,7 +170,7 @@ def test_chord(tmp_path: Path) -> None:
     options = _options("chord", tmp_path)
     report = _run(options)
     _passes(report)
-    assert report.kills > 0 and report.options.chords == 4
+    assert report.kills > 0 and report.options.chords == 3
     harmed = _run(options, effectq=False)
     _bites(harmed)
     assert "of chord callbacks" in harmed.render()
@@ -214,6 +220,7 @@ def test_dramatiq_redis(tmp_path: Path) -> None:
     report = _run(options)
     _passes(report)
     assert report.pauses > 0 and report.kills > 0
+    _bites(_run(options, effectq=False))
 
 
 def test_dramatiq_retries(tmp_path: Path) -> None:
@@ -251,9 +258,11 @@ def test_partition(tmp_path: Path) -> None:
 
 def test_redis_restart(tmp_path: Path) -> None:
     """The store's Redis (append-only) SIGKILLed and restarted mid-run, under SIGKILLs: once each."""
-    report = _run(_options("redis-restart", tmp_path))
+    options = _options("redis-restart", tmp_path)
+    report = _run(options)
     _passes(report)
     assert report.store_restarts > 0 and report.kills > 0
+    _bites(_run(options, effectq=False))
 
 
 def test_redis_restart_without_persistence_says_so_before_it_starts(tmp_path: Path) -> None:

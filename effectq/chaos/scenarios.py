@@ -120,9 +120,9 @@ SCENARIOS: dict[str, Scenario] = {
         "a chord whose header tasks or callback are delivered again: every header task's effects run "
         "again, and the callback's 'once per chord' effect (a summary mail, an invoice) twice "
         "(django-celery-results#397, celery#3538)",
-        {"chord": 3, "target": "busy", "kill_every": (1.5, 3.0), "pause": 0.1, "stall": 6.0},
+        {"chord": 3, "target": "busy", "kill_every": (2.5, 4.0), "pause": 0.1, "stall": 5.0},
         {
-            "ci": {"tasks": 12, "effects": 3, "workers": 2, "timeout": 120.0},
+            "ci": {"tasks": 9, "effects": 3, "workers": 2, "timeout": 120.0},
             "long": {"tasks": 600, "effects": 3, "workers": 3, "timeout": 1200.0},
         },
     ),
