@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from effectq.chaos.__main__ import INFRASTRUCTURE, exit_status, main, options_from, parser
-from effectq.chaos.redis_server import RedisServer
-from effectq.chaos.runner import CONFIGURATIONS, Options, Report, run_chaos
-from effectq.chaos.scenarios import SCENARIOS
+from effectq.testing.chaos.__main__ import INFRASTRUCTURE, exit_status, main, options_from, parser
+from effectq.testing.chaos.redis_server import RedisServer
+from effectq.testing.chaos.runner import CONFIGURATIONS, Options, Report, run_chaos
+from effectq.testing.chaos.scenarios import SCENARIOS
 
 from .conftest import REDIS_URL
 

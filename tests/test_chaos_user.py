@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from effectq.chaos.user import Send, parse_send
+from effectq.testing.chaos.user import Send, parse_send
 
 from .conftest import REDIS_URL
 

@@ -1,7 +1,7 @@
 """Real worker processes for crash tests: start, SIGKILL, SIGSTOP, restart.
 
 A :class:`WorkerProcess` is one ``celery worker`` or ``dramatiq`` process running
-:mod:`effectq.chaos.workload`, in its own process group so a kill takes its pool
+:mod:`effectq.testing.chaos.workload`, in its own process group so a kill takes its pool
 children with it. A :class:`Producer` sends the workload's tasks and, at the end,
 deletes every queue and key the run created (never anything else). The tests of
 the Celery and Dramatiq integrations and the chaos runner share both.
@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from ..chaos.workload import WorkloadConfig
+from .chaos.workload import WorkloadConfig
 
 __all__ = ["Producer", "WorkerProcess", "delete_keys", "wait_until"]
 
@@ -258,8 +258,8 @@ class Producer:
         retry_after: int = 0,
         countdown: float = 0.0,
     ) -> None:
-        """Enqueue task ``task_no`` with ``effects`` effects (see :func:`effectq.chaos.workload.work`),
-        due ``countdown`` seconds from now."""
+        """Enqueue task ``task_no`` with ``effects`` effects, due ``countdown`` seconds from now
+        (see :func:`effectq.testing.chaos.workload.work`)."""
         self._send(task_no, effects, hold_after, pause, retry_after, countdown)
 
     def send_chord(self, task_nos: list[int], callback_no: int, effects: int, *, pause: float = 0.0) -> str:

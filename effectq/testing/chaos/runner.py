@@ -8,7 +8,7 @@ SIGSTOPs past the lease, the store's Redis restarted or frozen, the broker
 connections cut, faults the workers inject into themselves, plus what the
 broker does on its own (a visibility timeout shorter than a task). Then it reads
 the ledger and reports (:class:`Report`). The named scenarios
-(:mod:`effectq.chaos.scenarios`) are presets of these options.
+(:mod:`effectq.testing.chaos.scenarios`) are presets of these options.
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from ..testing.ledger import Application, Ledger, Verdict, verdict
-from ..testing.workers import Producer, WorkerProcess
+from ..ledger import Application, Ledger, Verdict, verdict
+from ..workers import Producer, WorkerProcess
 from .proxy import Proxy
 from .redis_server import RedisServer
 from .user import Send, UserProducer, load
@@ -103,7 +103,7 @@ class Options:
         timeout: give up after this many seconds.
         seed: seeds the choice of victims and moments.
         log_dir: where worker logs go (a temporary directory by default).
-        workload: the module the workers run (see :class:`~effectq.chaos.workload.WorkloadConfig`).
+        workload: the module the workers run (see :class:`~effectq.testing.chaos.workload.WorkloadConfig`).
         scenario: the named scenario these options came from (for the report), or ``""``.
         pool: Celery's pool, or a comma-separated cycle of pools (``"solo,prefork"``: worker 0 solo,
             worker 1 prefork...).
@@ -115,7 +115,7 @@ class Options:
             spends SECONDS in effect INDEX before its side effect.
         inside: seconds each effect spends after its side effect (kills land inside effects).
         countdown: tasks are sent due this many seconds later (ETA tasks).
-        retry: how tasks ask for their retry (see :class:`~effectq.chaos.workload.WorkloadConfig`).
+        retry: how tasks ask for their retry (see :class:`~effectq.testing.chaos.workload.WorkloadConfig`).
         retry_after: the first execution of each task asks for a retry after this many effects.
         kill_with: what the faults do, in turn (see :data:`KILL_WITH`).
         target: the victim of a kill, shutdown or SIGSTOP: ``"any"`` worker, or ``"busy"``: one
@@ -135,7 +135,7 @@ class Options:
         persistence: whether the store's own redis-server writes an append-only file (``False``:
             none, and no snapshots: a restart loses every record, which the run says before it starts).
         app: your Celery app or Dramatiq broker module (``module[:attribute]``): the workers run it
-            unchanged and the tasks are ``send``'s (see :mod:`effectq.chaos.user`); ``""``: the
+            unchanged and the tasks are ``send``'s (see :mod:`effectq.testing.chaos.user`); ``""``: the
             runner's own workload.
         send: the tasks to send with ``app``, ``name(arguments...)`` templates used in turn.
         chord: Celery only: the tasks go out as chords of this many header tasks, each chord's
@@ -159,7 +159,7 @@ class Options:
     timeout: float = TIMEOUT
     seed: int | None = None
     log_dir: str | None = None
-    workload: str = "effectq.chaos.workload"
+    workload: str = "effectq.testing.chaos.workload"
     scenario: str = ""
     pool: str = "solo"
     concurrency: int = 1
@@ -557,7 +557,7 @@ def run_chaos(options: Options, progress: Callable[[str], None] | None = None) -
         producer: Producer | UserProducer
         with _answering(broker_url, "the broker"):
             if target is not None:
-                config = replace(config, module="effectq.chaos.user")
+                config = replace(config, module="effectq.testing.chaos.user")
                 producer = UserProducer(config, target, [Send(t) for t in options.send])
                 config = replace(config, queue_name=producer.queues() if target.kind == "dramatiq" else "")
             else:
@@ -631,7 +631,7 @@ def _restart_findings(url: str) -> list[str]:
     """What ``effectq doctor``'s persistence check finds on the store's Redis the run will restart."""
     import redis
 
-    from ..doctor import Level, check_persistence, examine, nodes
+    from ...doctor import Level, check_persistence, examine, nodes
 
     client = redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5)
     try:

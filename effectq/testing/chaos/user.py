@@ -151,7 +151,7 @@ class UserProducer:
         """Delete the run's ledger and (Celery) its queue; never anything of the user's."""
         import redis
 
-        from ..testing.workers import _delete_rabbitmq, delete_keys
+        from ..workers import _delete_rabbitmq, delete_keys
 
         config = self.config
         if self.target.kind == "celery":
