@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from effectq.chaos.__main__ import exit_status, main, options_from, parser
-from effectq.chaos.runner import SIZES, Options, Report, run_chaos
+from effectq.testing.chaos.__main__ import exit_status, main, options_from, parser
+from effectq.testing.chaos.runner import SIZES, Options, Report, run_chaos
 from effectq.testing.ledger import Verdict
 
 from .conftest import REDIS_URL

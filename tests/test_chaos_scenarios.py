@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from effectq.chaos.__main__ import INFRASTRUCTURE, exit_status, main, options_from, parser
-from effectq.chaos.redis_server import RedisServer
-from effectq.chaos.runner import CONFIGURATIONS, Options, Report, run_chaos
-from effectq.chaos.scenarios import SCENARIOS
+from effectq.testing.chaos.__main__ import INFRASTRUCTURE, exit_status, main, options_from, parser
+from effectq.testing.chaos.redis_server import RedisServer
+from effectq.testing.chaos.runner import CONFIGURATIONS, Options, Report, run_chaos
+from effectq.testing.chaos.scenarios import SCENARIOS
 
 from .conftest import REDIS_URL
 
@@ -33,8 +33,14 @@ def _options(name: str, tmp_path: Path, *argv: str) -> Options:
 
 
 def _run(options: Options, **changes: object) -> Report:
-    report = run_chaos(dataclasses.replace(options, **changes))  # type: ignore[arg-type]
+    """Run the scenario; every run longer than two progress periods printed its progress lines."""
+    lines: list[str] = []
+    changes.setdefault("progress", 1.0)
+    report = run_chaos(dataclasses.replace(options, **changes), progress=lines.append)  # type: ignore[arg-type]
     print(report.render())
+    progress = [line for line in lines if "tasks done" in line]
+    if report.elapsed > 3.0:
+        assert progress and "kills" in progress[-1] and "duplicates so far" in progress[-1], lines
     return report
 
 
@@ -157,6 +163,19 @@ def test_retry(tmp_path: Path) -> None:
     _bites(_run(options, effectq=False))
 
 
+def test_chord(tmp_path: Path) -> None:
+    """Chords under SIGKILLs of busy workers: the header tasks' effects and the callback's one effect per
+    chord (keyed by the chord's group id, ``chord:{request.group}``) apply once each; without effectq the
+    callback's effect applies twice."""
+    options = _options("chord", tmp_path)
+    report = _run(options)
+    _passes(report)
+    assert report.kills > 0 and report.options.chords == 3
+    harmed = _run(options, effectq=False)
+    _bites(harmed)
+    assert "of chord callbacks" in harmed.render()
+
+
 def test_prefork_children(tmp_path: Path) -> None:
     """Only prefork pool children running a task SIGKILLed (task_reject_on_worker_lost): each effect once."""
     options = _options("prefork-children", tmp_path)
@@ -167,11 +186,15 @@ def test_prefork_children(tmp_path: Path) -> None:
 
 
 def test_pools(tmp_path: Path) -> None:
-    """Threads-pool workers, two tasks per process, SIGKILLed at random: each effect once."""
+    """A threads-pool and a gevent-pool worker on RabbitMQ, two tasks per process, SIGKILLed at random:
+    each effect once; without effectq, duplicates."""
+    pytest.importorskip("gevent")
     options = _options("pools", tmp_path)
     report = _run(options)
     _passes(report)
-    assert report.kills > 0 and (options.pool, options.concurrency) == ("threads", 2)
+    assert report.kills > 0 and (options.pool_of(0), options.pool_of(1)) == ("threads", "gevent")
+    assert "succeeded" in (tmp_path / "w1.log").read_text()  # the gevent worker ran tasks
+    _bites(_run(options, effectq=False))
 
 
 def test_shutdown_of_prefork_workers(tmp_path: Path) -> None:
@@ -197,6 +220,7 @@ def test_dramatiq_redis(tmp_path: Path) -> None:
     report = _run(options)
     _passes(report)
     assert report.pauses > 0 and report.kills > 0
+    _bites(_run(options, effectq=False))
 
 
 def test_dramatiq_retries(tmp_path: Path) -> None:
@@ -234,6 +258,23 @@ def test_partition(tmp_path: Path) -> None:
 
 def test_redis_restart(tmp_path: Path) -> None:
     """The store's Redis (append-only) SIGKILLed and restarted mid-run, under SIGKILLs: once each."""
-    report = _run(_options("redis-restart", tmp_path))
+    options = _options("redis-restart", tmp_path)
+    report = _run(options)
     _passes(report)
     assert report.store_restarts > 0 and report.kills > 0
+    _bites(_run(options, effectq=False))
+
+
+def test_redis_restart_without_persistence_says_so_before_it_starts(tmp_path: Path) -> None:
+    """A store Redis restarted with persistence off: before any task runs, the run says what
+    ``effectq doctor`` says of such a server (a restart loses every record), and the report repeats it."""
+    argv = ("--store-persistence", "off", "--tasks", "6", "--effects", "3")
+    options = _options("redis-restart", tmp_path, *argv)
+    assert options.persistence is False
+    lines: list[str] = []
+    report = run_chaos(options, progress=lines.append)
+    print(report.render())
+    assert lines and lines[0].startswith("effectq chaos: warning: the store's Redis 127.0.0.1:")
+    assert "appendonly no, no persistence at all: a restart loses every record" in lines[0]
+    assert report.warnings and report.warnings[0] in lines[0] and "warning" in report.render()
+    assert report.store_restarts > 0

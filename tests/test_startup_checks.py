@@ -50,10 +50,11 @@ def server(tmp_path: Path) -> Iterator[Start]:
 
 
 class _Worker:
-    """What Celery's worker_init sends: the worker, whose ``app`` is the app."""
+    """What Celery's worker_init sends: the worker, whose ``app`` is the app (``pool_cls``: its ``-P``)."""
 
-    def __init__(self, app: Celery) -> None:
+    def __init__(self, app: Celery, pool_cls: Any = "solo") -> None:
         self.app = app
+        self.pool_cls = pool_cls
 
 
 def _celery_app() -> Celery:
@@ -138,21 +139,61 @@ def test_real_worker_logs_the_eviction_warning(
         ledger=REDIS_URL,
         name=f"su{uuid.uuid4().hex[:10]}",
     )
-    producer = Producer(config)
-    worker = WorkerProcess(config, "w0", log_dir=tmp_path)
+    _logs_at_start(WorkerProcess(config, "w0", log_dir=tmp_path), "maxmemory-policy allkeys-lru")
+
+
+def _logs_at_start(worker: WorkerProcess, text: str) -> None:
+    """Start the real worker and wait until its log says ``text``; stop it and delete what it made."""
+    producer = Producer(worker.config)
     try:
         worker.start()
         try:
-            wait_until(
-                lambda: "maxmemory-policy allkeys-lru" in worker.log_tail(400),
-                timeout=120,
-                what="the eviction warning",
-            )
+            wait_until(lambda: text in worker.log_tail(400), timeout=120, what=repr(text))
         except TimeoutError as exc:
             raise AssertionError(f"{exc}\n--- worker log ---\n{worker.log_tail(60)}") from None
     finally:
         worker.stop()
         producer.cleanup()
+
+
+# -- a green pool on the Redis broker ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("pool", ["gevent", "eventlet"])
+def test_a_green_pool_on_the_redis_broker_is_named_at_worker_start(
+    pool: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A gevent or eventlet worker on the Redis broker is warned, when it starts, that it never restores
+    unacked messages (kombu does that from an event loop those pools do not run); RabbitMQ and the
+    other pools are not."""
+    app = _celery_app()
+    app.conf.broker_url = "redis://127.0.0.1:6379/0"
+    app.conf.broker_transport_options = {"visibility_timeout": 1200}
+    installation = effectq.celery.install(app, effectq.MemoryStore())
+    try:
+        with caplog.at_level(logging.WARNING, logger="effectq.celery.check"):
+            signals.worker_init.send(sender=_Worker(app, pool))
+            signals.worker_init.send(sender=_Worker(app, "prefork"))
+    finally:
+        installation.uninstall()
+    (warning,) = [r.getMessage() for r in caplog.records if "restores unacked" in r.getMessage()]
+    assert f"the {pool} pool runs no event loop" in warning and "never restores them" in warning
+    assert effectq.celery.check(app, pool="celery.concurrency.gevent:TaskPool") != effectq.celery.check(app)
+    app.conf.broker_url = "amqp://guest:guest@127.0.0.1:5672//"
+    assert not [p for p in effectq.celery.check(app, pool=pool) if "restores unacked" in p]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_real_gevent_worker_on_the_redis_broker_logs_the_restore_trap(redis_url: str, tmp_path: Path) -> None:
+    """A real ``celery worker -P gevent`` on the Redis broker says in its log at start that it never
+    restores unacked messages."""
+    pytest.importorskip("gevent")
+    config = WorkloadConfig(
+        kind="celery", broker=redis_url, store=redis_url, ledger=REDIS_URL, name=f"su{uuid.uuid4().hex[:10]}"
+    )
+    worker = WorkerProcess(config, "w0", log_dir=tmp_path, pool="gevent", concurrency=2)
+    _logs_at_start(worker, "the gevent pool runs no event loop")
 
 
 # -- Dramatiq's retries against the retention ---------------------------------------------------

@@ -34,6 +34,7 @@ def check(
     retention: float | timedelta = timedelta(days=7),
     in_progress_countdown: float = 5.0,
     store: Any = None,
+    pool: Any = None,
 ) -> list[str]:
     """Problems in ``app``'s configuration, one sentence each (empty when none).
 
@@ -45,6 +46,8 @@ def check(
         store: the store the effects use: its Redis is checked as ``effectq doctor``
             checks it for what repeats effects whatever the app does (see
             :data:`effectq.doctor.STARTUP_CHECKS`: a ``maxmemory-policy`` that evicts).
+        pool: the worker's pool (its ``-P`` name, or the pool class a worker holds in
+            ``pool_cls``); ``None``: the app's ``worker_pool`` setting.
     """
     lease_s = seconds(lease, option="lease")
     retention_s = seconds(retention, option="retention")
@@ -91,6 +94,15 @@ def check(
                 f"task delivered again after its worker died finds its effect in flight until the lease "
                 f"runs out."
             )
+        green = _pool_name(pool if pool is not None else conf.worker_pool)
+        if green in _GREEN_POOLS:
+            problems.append(
+                f"the {green} pool runs no event loop, and kombu's {transport} transport restores unacked "
+                f"messages past visibility_timeout only from one (unacked_restore_interval): an idle {green} "
+                f"worker never restores them, so a task whose worker died is delivered again late or never "
+                f"(celery#4968, kombu#1025). Run at least one worker on the prefork, threads or solo pool on "
+                f"this broker, or use RabbitMQ with {green}."
+            )
         if in_progress_countdown >= visibility:
             problems.append(
                 f"in_progress_countdown ({in_progress_countdown:g}s) is not below visibility_timeout "
@@ -123,6 +135,19 @@ def log_problems(app: Any, **options: Any) -> list[str]:
     for problem in problems:
         log.warning("effectq: %s", problem)
     return problems
+
+
+_GREEN_POOLS = ("gevent", "eventlet")
+
+
+def _pool_name(pool: Any) -> str:
+    """``gevent`` for ``"gevent"``, ``celery.concurrency.gevent:TaskPool`` or that class itself."""
+    if pool is None:
+        return ""
+    if isinstance(pool, type):
+        pool = pool.__module__
+    text = str(pool).lower().split(":", 1)[0]
+    return text.rsplit(".", 1)[-1]
 
 
 def _transport(app: Any) -> str:

@@ -284,6 +284,7 @@ class Installation:
                 store=store,
                 lease=settings.lease,
                 retention=settings.retention,
+                pool=getattr(sender, "pool_cls", None),
             )
 
     def _on_process_init(self, **_: Any) -> None:

@@ -1,8 +1,7 @@
-"""The chaos runner: real workers killed at random, effects counted on a ledger.
+"""The chaos runner's old home: it lives in :mod:`effectq.testing.chaos` now.
 
-Run it with ``python -m effectq.chaos --help`` or ``effectq chaos --help``;
-:func:`main` is the entry point both use. Importing this package stays light:
-worker processes import :mod:`effectq.chaos.workload` under it.
+``python -m effectq.chaos`` and ``effectq chaos`` still run it; ``effectq.chaos.workload`` and
+``effectq.chaos.proxy`` are the same modules as ``effectq.testing.chaos.workload`` and ``.proxy``.
 """
 
 from __future__ import annotations
@@ -14,6 +13,6 @@ __all__ = ["main"]
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the chaos runner with command-line arguments; returns the exit status."""
-    from .__main__ import main as run
+    from effectq.testing.chaos import main as run
 
     return run(argv)

@@ -1,7 +1,7 @@
 """Real worker processes for crash tests: start, SIGKILL, SIGSTOP, restart.
 
 A :class:`WorkerProcess` is one ``celery worker`` or ``dramatiq`` process running
-:mod:`effectq.chaos.workload`, in its own process group so a kill takes its pool
+:mod:`effectq.testing.chaos.workload`, in its own process group so a kill takes its pool
 children with it. A :class:`Producer` sends the workload's tasks and, at the end,
 deletes every queue and key the run created (never anything else). The tests of
 the Celery and Dramatiq integrations and the chaos runner share both.
@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from ..chaos.workload import WorkloadConfig
+from .chaos.workload import WorkloadConfig
 
 __all__ = ["Producer", "WorkerProcess", "delete_keys", "wait_until"]
 
@@ -162,6 +162,8 @@ class Producer:
     def __init__(self, config: WorkloadConfig) -> None:
         self.config = config
         self._send: Callable[[int, int, int, float, int, float], None]
+        self._send_chord: Callable[[list[int], int, int, float], str] | None = None
+        self._send_callback: Callable[[int, str], None] | None = None
         self._close: Callable[[], None]
         if config.kind == "celery":
             self._celery()
@@ -174,9 +176,10 @@ class Producer:
         config = self.config
         app = Celery(f"effectq-chaos-producer-{config.name}", broker=config.broker, set_as_current=False)
         app.conf.update(
-            broker_transport_options={"global_keyprefix": f"effectq-chaos-{config.name}:"},
+            broker_transport_options={"global_keyprefix": config.prefix},
             task_default_queue=config.queue,
             broker_connection_retry_on_startup=True,
+            **config.results(),
         )
 
         def send(
@@ -189,7 +192,28 @@ class Producer:
                 countdown=countdown or None,
             )
 
+        def send_chord(task_nos: list[int], callback_no: int, effects: int, pause: float) -> str:
+            from celery import chord, signature
+
+            header = [
+                signature("chaos.work", args=(t, effects, 0, pause, 0), app=app, queue=config.queue)
+                for t in task_nos
+            ]
+            body = signature("chaos.chord_done", kwargs={"task_no": callback_no}, app=app, queue=config.queue)
+            return str(chord(header, app=app)(body).parent.id)
+
+        def send_callback(callback_no: int, group_id: str) -> None:
+            app.send_task(
+                "chaos.chord_done",
+                args=([],),
+                kwargs={"task_no": callback_no},
+                queue=config.queue,
+                group_id=group_id,
+            )
+
         self._send = send
+        self._send_chord = send_chord
+        self._send_callback = send_callback
         self._close = app.close
 
     def _dramatiq(self) -> None:
@@ -234,9 +258,24 @@ class Producer:
         retry_after: int = 0,
         countdown: float = 0.0,
     ) -> None:
-        """Enqueue task ``task_no`` with ``effects`` effects (see :func:`effectq.chaos.workload.work`),
-        due ``countdown`` seconds from now."""
+        """Enqueue task ``task_no`` with ``effects`` effects, due ``countdown`` seconds from now
+        (see :func:`effectq.testing.chaos.workload.work`)."""
         self._send(task_no, effects, hold_after, pause, retry_after, countdown)
+
+    def send_chord(self, task_nos: list[int], callback_no: int, effects: int, *, pause: float = 0.0) -> str:
+        """Enqueue a chord (Celery, with ``config.chord``): header tasks ``task_nos`` of ``effects``
+        effects each, and the callback ``chaos.chord_done`` as task ``callback_no``. Returns the
+        chord's group id."""
+        if self._send_chord is None:
+            raise RuntimeError("chords need Celery")
+        return self._send_chord(task_nos, callback_no, effects, pause)
+
+    def send_callback(self, callback_no: int, group_id: str) -> None:
+        """Send a chord's callback again, in the chord's group ``group_id`` (as an application's
+        reconciler would when the chord's header finished and its callback never came)."""
+        if self._send_callback is None:
+            raise RuntimeError("chords need Celery")
+        self._send_callback(callback_no, group_id)
 
     def close(self) -> None:
         self._close()
@@ -252,11 +291,11 @@ class Producer:
             _delete_rabbitmq(config.broker, config.queue, dramatiq=config.kind == "dramatiq")
         else:
             client = redis.Redis.from_url(config.broker)
-            delete_keys(client, f"effectq-chaos-{config.name}:*")
+            delete_keys(client, f"{config.prefix}*")
             client.close()
         for url, patterns in (
             (config.store, (f"effectq:{{{config.name}:*", f"effectq:{{{config.name}}}*")),
-            (config.ledger, (f"effectq-ledger:{{{config.name}}}*",)),
+            (config.ledger, (f"effectq-ledger:{{{config.name}}}*", f"{config.prefix}*")),
         ):
             with contextlib.suppress(Exception):
                 client = redis.Redis.from_url(url, socket_connect_timeout=2)

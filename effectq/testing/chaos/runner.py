@@ -8,7 +8,7 @@ SIGSTOPs past the lease, the store's Redis restarted or frozen, the broker
 connections cut, faults the workers inject into themselves, plus what the
 broker does on its own (a visibility timeout shorter than a task). Then it reads
 the ledger and reports (:class:`Report`). The named scenarios
-(:mod:`effectq.chaos.scenarios`) are presets of these options.
+(:mod:`effectq.testing.chaos.scenarios`) are presets of these options.
 """
 
 from __future__ import annotations
@@ -28,10 +28,11 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from ..testing.ledger import Application, Ledger, Verdict, verdict
-from ..testing.workers import Producer, WorkerProcess
+from ..ledger import Application, Ledger, Verdict, verdict
+from ..workers import Producer, WorkerProcess
 from .proxy import Proxy
 from .redis_server import RedisServer
+from .user import Send, UserProducer, load
 from .workload import WorkloadConfig
 
 __all__ = [
@@ -102,7 +103,7 @@ class Options:
         timeout: give up after this many seconds.
         seed: seeds the choice of victims and moments.
         log_dir: where worker logs go (a temporary directory by default).
-        workload: the module the workers run (see :class:`~effectq.chaos.workload.WorkloadConfig`).
+        workload: the module the workers run (see :class:`~effectq.testing.chaos.workload.WorkloadConfig`).
         scenario: the named scenario these options came from (for the report), or ``""``.
         pool: Celery's pool, or a comma-separated cycle of pools (``"solo,prefork"``: worker 0 solo,
             worker 1 prefork...).
@@ -114,7 +115,7 @@ class Options:
             spends SECONDS in effect INDEX before its side effect.
         inside: seconds each effect spends after its side effect (kills land inside effects).
         countdown: tasks are sent due this many seconds later (ETA tasks).
-        retry: how tasks ask for their retry (see :class:`~effectq.chaos.workload.WorkloadConfig`).
+        retry: how tasks ask for their retry (see :class:`~effectq.testing.chaos.workload.WorkloadConfig`).
         retry_after: the first execution of each task asks for a retry after this many effects.
         kill_with: what the faults do, in turn (see :data:`KILL_WITH`).
         target: the victim of a kill, shutdown or SIGSTOP: ``"any"`` worker, or ``"busy"``: one
@@ -131,6 +132,14 @@ class Options:
         progress: seconds between two progress lines (0: none; they go to :func:`run_chaos`'s
             ``progress`` callback).
         stall: seconds without any event after which the unfinished tasks are sent again.
+        persistence: whether the store's own redis-server writes an append-only file (``False``:
+            none, and no snapshots: a restart loses every record, which the run says before it starts).
+        app: your Celery app or Dramatiq broker module (``module[:attribute]``): the workers run it
+            unchanged and the tasks are ``send``'s (see :mod:`effectq.testing.chaos.user`); ``""``: the
+            runner's own workload.
+        send: the tasks to send with ``app``, ``name(arguments...)`` templates used in turn.
+        chord: Celery only: the tasks go out as chords of this many header tasks, each chord's
+            callback one more task of one effect, keyed by the chord's group id (0: no chords).
     """
 
     configuration: str = "celery-redis"
@@ -150,7 +159,7 @@ class Options:
     timeout: float = TIMEOUT
     seed: int | None = None
     log_dir: str | None = None
-    workload: str = "effectq.chaos.workload"
+    workload: str = "effectq.testing.chaos.workload"
     scenario: str = ""
     pool: str = "solo"
     concurrency: int = 1
@@ -170,6 +179,27 @@ class Options:
     time_limit: float = 0.0
     progress: float = 0.0
     stall: float = STALL
+    persistence: bool = True
+    chord: int = 0
+    app: str = ""
+    send: tuple[str, ...] = ()
+
+    @property
+    def chords(self) -> int:
+        """How many chords the tasks make (0 without chords)."""
+        return -(-self.tasks // self.chord) if self.chord else 0
+
+    @property
+    def units(self) -> int:
+        """The tasks that must finish: the tasks, and each chord's callback."""
+        return self.tasks + self.chords
+
+    def identities(self) -> list[str]:
+        """Every effect the run must apply once: ``task:index``, and ``callback:0`` per chord."""
+        if self.app:
+            return []  # your tasks: the effects effectq ran are the expected ones
+        found = [f"{t}:{i}" for t in range(self.tasks) for i in range(self.effects)]
+        return found + [f"{self.tasks + c}:0" for c in range(self.chords)]
 
     @property
     def broker_visibility(self) -> float:
@@ -222,6 +252,8 @@ class Report:
         calmed: when the faults stopped to let the last tasks finish (0: they never had to).
         evidence: the ledger's applications of the effects that applied more than once (the
             first 30: key, fencing token, process, time), to tell what happened.
+        warnings: what ``effectq doctor`` finds wrong with the store's Redis for the run's faults
+            (said before the run starts: a restarted store without persistence loses records).
     """
 
     options: Options
@@ -255,6 +287,8 @@ class Report:
     logs: str = ""
     tail: dict[str, str] = field(default_factory=dict)
     evidence: list[Application] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    expected: int = 0
 
     @property
     def redeliveries(self) -> int:
@@ -266,13 +300,23 @@ class Report:
         return self.verdict.extra if self.verdict else 0
 
     @property
+    def callback_duplicates(self) -> int:
+        """Applications beyond the first of the chords' callback effects (one per chord)."""
+        if self.verdict is None or not self.options.chord:
+            return 0
+        tasks = self.options.tasks
+        return sum(
+            n - 1 for identity, n in self.verdict.duplicates.items() if int(identity.split(":")[0]) >= tasks
+        )
+
+    @property
     def missing(self) -> int:
         return len(self.verdict.missing) if self.verdict else 0
 
     @property
     def not_done(self) -> int:
         """Tasks that never finished."""
-        return self.options.tasks - self.finished
+        return self.options.units - self.finished
 
     @property
     def harmed(self) -> bool:
@@ -296,10 +340,11 @@ class Report:
             "scenario": o.scenario or o.configuration,
             "configuration": o.configuration,
             "effectq": o.effectq,
-            "tasks": o.tasks,
+            "tasks": o.units,
+            "chords": o.chords,
             "finished": self.finished,
             "not_done": self.not_done,
-            "effects": o.tasks * o.effects,
+            "effects": self.expected,
             "kills": self.kills,
             "child_kills": self.child_kills,
             "terms": self.terms,
@@ -318,6 +363,7 @@ class Report:
             "time_limits": self.time_limits,
             "applications": self.verdict.applications if self.verdict else 0,
             "duplicates": self.duplicates,
+            "callback_duplicates": self.callback_duplicates,
             "missing": self.missing,
             "wrong": self.wrong,
             "reconciled": self.reconciled,
@@ -328,6 +374,7 @@ class Report:
             "elapsed": round(self.elapsed, 3),
             "timed_out": self.timed_out,
             "conclusion": self.conclusion(),
+            "warnings": self.warnings,
             "evidence": [
                 {"identity": a.identity, "key": a.idempotency_key, "token": a.token, "pid": a.pid, "at": a.at}
                 for a in self.evidence
@@ -372,6 +419,9 @@ class Report:
         pools = "" if o.configuration.startswith("dramatiq") or o.pool == "solo" else f", pool {o.pool}"
         idle = f" (+{o.idle_workers} idle)" if o.idle_workers else ""
         title = f"{o.scenario}: " if o.scenario and o.scenario != o.configuration else ""
+        chords = f"; {o.chords} chords of {o.chord} header tasks and a callback" if o.chord else ""
+        callbacks = ", 1 per chord callback" if o.chord else ""
+        per = f"{o.effects} per task{callbacks}" if not o.app else "each one effectq ran, counted by its key"
         rows = [
             (
                 "configuration",
@@ -379,8 +429,8 @@ class Report:
                 f"{o.workers} workers{idle}{pools}",
             ),
             ("faults", self._faults()),
-            ("tasks", f"{o.tasks} ({self.finished} finished, {self.not_done} not done)"),
-            ("effects", f"{o.tasks * o.effects} ({o.effects} per task)"),
+            ("tasks", f"{o.units} ({self.finished} finished, {self.not_done} not done){chords}"),
+            ("effects", f"{self.expected} ({per})"),
             (
                 "kills",
                 f"{self.kills} SIGKILL, {self.child_kills} of a pool child, {self.deaths} died on their own",
@@ -400,7 +450,11 @@ class Report:
             ("retries", f"{self.retries} executions were retries ({self.retry_asks} asked by the tasks)"),
             ("time limits", f"{self.time_limits} executions interrupted by their time limit"),
             ("applications", str(self.verdict.applications if self.verdict else 0)),
-            ("duplicates", str(self.duplicates)),
+            (
+                "duplicates",
+                str(self.duplicates)
+                + (f" ({self.callback_duplicates} of chord callbacks)" if o.chord else ""),
+            ),
             ("missing", str(self.missing)),
             ("wrong results", str(self.wrong)),
             ("unknown", f"{self.reconciled} resolved by reconcile, {self.unknown} left for an operator"),
@@ -424,7 +478,8 @@ class Report:
                 f"at +{a.at - first:.3f}s"
                 for a in self.evidence
             ]
-        return "\n".join(["effectq chaos", *lines, "", self.conclusion()])
+        notes = [f"  warning        {w}" for w in self.warnings]
+        return "\n".join(["effectq chaos", *notes, *lines, "", self.conclusion()])
 
     def conclusion(self) -> str:
         o = self.options
@@ -440,10 +495,11 @@ class Report:
                 return f"WITHOUT EFFECTQ: {harm}; the chaos bites"
             return "PROVED NOTHING: without effectq the chaos caused no duplicate; make it harsher"
         if self.duplicates or self.missing:
-            return f"FAIL: {self.verdict}" + (f"; {self.wrong} wrong results" if self.wrong else "")
+            warned = "; as warned before the run, the store's Redis lost records" if self.warnings else ""
+            return f"FAIL: {self.verdict}" + (f"; {self.wrong} wrong results" if self.wrong else "") + warned
         if self.wrong:
             return f"FAIL: {self.wrong} effects returned another value than the one they applied"
-        effects = o.tasks * o.effects
+        effects = self.expected
         return f"PASS: {effects} effects, each applied exactly once across {self.redeliveries} redeliveries"
 
 
@@ -453,8 +509,11 @@ def run_chaos(options: Options, progress: Callable[[str], None] | None = None) -
     Raises:
         Unreachable: Redis or the broker did not answer (before the run, or while it ran).
     """
-    queue_kind, broker_kind = CONFIGURATIONS[options.configuration]
+    target = load(options.app) if options.app else None
+    queue_kind, broker_kind = CONFIGURATIONS[target.configuration if target else options.configuration]
     broker_url = options.redis_url if broker_kind == "redis" else options.amqp_url
+    if target is not None and target.kind == "celery":
+        broker_url = str(target.obj.conf.broker_url)
     _reachable(options.redis_url, "Redis (the ledger and store)")
     if broker_url != options.redis_url:
         _reachable(broker_url, "the RabbitMQ broker")
@@ -467,10 +526,14 @@ def run_chaos(options: Options, progress: Callable[[str], None] | None = None) -
         store_url = options.redis_url
         server: RedisServer | None = None
         if options.own_store:
-            server = RedisServer(log_dir / "store-redis")
+            server = RedisServer(log_dir / "store-redis", persistent=options.persistence)
             server.start()
             stack.callback(server.stop)
             store_url = server.url
+        if options.redis_restart:
+            report.warnings = _restart_findings(store_url)
+            for warning in report.warnings:
+                (progress or log.warning)(f"effectq chaos: warning: {warning}")
         config = WorkloadConfig(
             kind=queue_kind,
             broker=broker_url,
@@ -488,9 +551,17 @@ def run_chaos(options: Options, progress: Callable[[str], None] | None = None) -
             retry=options.retry,
             late=options.late,
             time_limit=options.time_limit,
+            chord=options.chord,
+            app=options.app,
         )
+        producer: Producer | UserProducer
         with _answering(broker_url, "the broker"):
-            producer = Producer(config)
+            if target is not None:
+                config = replace(config, module="effectq.testing.chaos.user")
+                producer = UserProducer(config, target, [Send(t) for t in options.send])
+                config = replace(config, queue_name=producer.queues() if target.kind == "dramatiq" else "")
+            else:
+                producer = Producer(config)
         stack.callback(_cleanup, producer)
         proxy: Proxy | None = None
         worker_config = config
@@ -501,8 +572,16 @@ def run_chaos(options: Options, progress: Callable[[str], None] | None = None) -
         ledger = Ledger.from_url(options.redis_url, name)
         chaos = _Chaos(options, rng, ledger, producer, report, started, server, proxy, progress)
         with _answering(broker_url, "the broker"):
-            for task_no in range(options.tasks):
-                chaos.send(task_no, countdown=options.countdown)
+            if options.chord and isinstance(producer, Producer):
+                for c in range(options.chords):
+                    header = list(range(c * options.chord, min(options.tasks, (c + 1) * options.chord)))
+                    group = producer.send_chord(
+                        header, options.tasks + c, options.effects, pause=options.pause
+                    )
+                    chaos.groups[options.tasks + c] = (group, header)
+            else:
+                for task_no in range(options.tasks):
+                    chaos.send(task_no, countdown=options.countdown)
         store_proxies: dict[str, Proxy] = {}
         if options.partition:
             for i in range(options.workers):
@@ -534,9 +613,9 @@ def run_chaos(options: Options, progress: Callable[[str], None] | None = None) -
             raise
         report.elapsed = time.monotonic() - started
         with _answering(options.redis_url, "Redis (the ledger)"):
-            report.verdict = verdict(
-                ledger, (f"{t}:{i}" for t in range(options.tasks) for i in range(options.effects))
-            )
+            expected = options.identities() or sorted(ledger.counts())  # yours: what effectq ran
+            report.expected = len(expected)
+            report.verdict = verdict(ledger, expected)
             if report.verdict.duplicates and options.effectq:
                 twice = report.verdict.duplicates
                 report.evidence = [a for a in ledger.applications() if a.identity in twice][:30]
@@ -546,6 +625,24 @@ def run_chaos(options: Options, progress: Callable[[str], None] | None = None) -
         if proxy is not None:
             report.cuts = proxy.cuts
     return report
+
+
+def _restart_findings(url: str) -> list[str]:
+    """What ``effectq doctor``'s persistence check finds on the store's Redis the run will restart."""
+    import redis
+
+    from ...doctor import Level, check_persistence, examine, nodes
+
+    client = redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5)
+    try:
+        return [
+            f"the store's Redis {f.node} is restarted during this run: {f.summary}"
+            for node in nodes(client)
+            for f in examine(node, (check_persistence,))
+            if f.level is not Level.OK
+        ]
+    finally:
+        client.close()
 
 
 def _through(config: WorkloadConfig, proxy: Proxy | None) -> WorkloadConfig:
@@ -579,7 +676,7 @@ class _Chaos:
         options: Options,
         rng: random.Random,
         ledger: Ledger,
-        producer: Producer,
+        producer: Producer | UserProducer,
         report: Report,
         started: float,
         server: RedisServer | None,
@@ -604,6 +701,8 @@ class _Chaos:
         self.partitioned: dict[str, float] = {}  # worker name -> when its path to the store heals
         self.cursor = 0
         self.strikes = 0
+        self.groups: dict[int, tuple[str, list[int]]] = {}  # callback task -> (its chord's group id, header)
+        self.called_again: set[int] = set()  # the callbacks sent again (once each)
 
     def send(self, task_no: int, *, countdown: float = 0.0) -> None:
         o = self.options
@@ -627,7 +726,7 @@ class _Chaos:
             every(o.partition),
         )
         frozen_for = max(o.lease * 2, o.lease + 3.0)
-        while len(self.finished) < o.tasks:
+        while len(self.finished) < o.units:
             time.sleep(0.2)
             now = time.monotonic()
             if now - self.started > o.timeout:
@@ -636,6 +735,9 @@ class _Chaos:
             with _answering(o.redis_url, "Redis (the ledger)"):
                 events, self.cursor = self.ledger.events_since(self.cursor)
             if events:
+                last_event = now
+            elif now - last_event > o.stall and o.chord:
+                self._resend_callbacks()
                 last_event = now
             elif now - last_event > o.stall and now >= self.store_frozen_until:
                 broker = self.producer.config.broker
@@ -654,6 +756,9 @@ class _Chaos:
                 self.server.resume()
                 self.store_frozen_until = 0.0
             self._tend(workers, idle, now)
+            if report.deaths > 5 * (o.workers + o.idle_workers) and not report.deliveries:
+                report.timed_out = True  # the workers die as they start: their logs say why
+                break
             if now - self.started > o.timeout * CALM_AFTER:
                 if not report.calmed:  # let the stragglers finish: a liveness matter, not a safety one
                     report.calmed = now - self.started
@@ -710,6 +815,27 @@ class _Chaos:
         if self.server is not None and self.store_frozen_until:
             self.server.resume()
         report.finished = len(self.finished)
+
+    def _resend_callbacks(self) -> None:
+        """Send again the callbacks of chords whose header tasks all finished, in their chord's group.
+
+        Celery's Redis result backend claims a chord's dispatch before it sends the callback: a
+        worker killed holding the claim leaves the chord without a callback when the copy of its
+        header task comes back before the claim expires. The callback keyed by its group id applies
+        its effect once however many times it is sent. (Header tasks are not sent again: a header
+        task sent alone belongs to no chord; RabbitMQ redelivers them.)"""
+        lost = [
+            (callback, group)
+            for callback, (group, header) in self.groups.items()
+            if callback not in self.finished | self.called_again and all(t in self.finished for t in header)
+        ]
+        self.called_again.update(callback for callback, _ in lost)
+        broker = self.producer.config.broker
+        with _answering(broker, "the broker"):
+            for callback, group in lost:
+                assert isinstance(self.producer, Producer)
+                self.producer.send_callback(callback, group)
+        self.report.resent += len(lost)
 
     def _count(self, events: list[dict[str, Any]]) -> None:
         report = self.report
@@ -809,7 +935,7 @@ class _Chaos:
         kills = r.kills + r.child_kills + r.terms + r.quits
         return (
             f"effectq chaos {now - self.started:5.0f}s: "
-            f"{len(self.finished)}/{self.options.tasks} tasks done, "
+            f"{len(self.finished)}/{self.options.units} tasks done, "
             f"{kills} kills, {max(0, r.deliveries - len(self.finished))} redeliveries, "
             f"{r.copies} copies, {duplicates} duplicates so far"
         )
@@ -913,7 +1039,7 @@ def _stop_all(workers: list[WorkerProcess]) -> None:
         worker.stop()
 
 
-def _cleanup(producer: Producer) -> None:
+def _cleanup(producer: Producer | UserProducer) -> None:
     try:
         producer.cleanup()
     except Exception as exc:  # a broker gone away: its queues stay, the report still stands

@@ -30,9 +30,10 @@ class RedisServer:
 
     Args:
         directory: where its append-only file and log live.
+        persistent: ``False``: no append-only file and no snapshots (a restart loses everything).
     """
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, *, persistent: bool = True) -> None:
         binary = shutil.which("redis-server")
         if binary is None:
             raise RuntimeError("the Redis restart fault needs redis-server on PATH")
@@ -42,6 +43,7 @@ class RedisServer:
         self.port = _free_port()
         self.process: subprocess.Popen[bytes] | None = None
         self.restarts = 0
+        self.persistent = persistent
 
     @property
     def url(self) -> str:
@@ -59,7 +61,7 @@ class RedisServer:
                 "--save",
                 "",
                 "--appendonly",
-                "yes",
+                "yes" if self.persistent else "no",
                 "--appendfsync",
                 "always",
                 "--dir",

@@ -1,7 +1,7 @@
 """Named chaos scenarios: each one a setting where task queues ran effects twice in production.
 
 A scenario is one entry of :data:`SCENARIOS`: the configuration it runs (task
-queue and broker), the :class:`~effectq.chaos.runner.Options` it sets (pool,
+queue and broker), the :class:`~effectq.testing.chaos.runner.Options` it sets (pool,
 faults, timings), and its sizes: ``ci`` (well under a minute on two cores, run by
 the test suite) and ``long`` (the documented long run). ``effectq chaos NAME``
 runs one; ``--compare`` runs it again with effectq off, where it must do harm.
@@ -28,10 +28,10 @@ class Scenario:
     """One named scenario.
 
     Attributes:
-        configuration: a key of :data:`~effectq.chaos.runner.CONFIGURATIONS`.
+        configuration: a key of :data:`~effectq.testing.chaos.runner.CONFIGURATIONS`.
         summary: what the run does, in one line.
         mirrors: the production setting it reproduces, and where it was reported.
-        options: :class:`~effectq.chaos.runner.Options` fields it sets (command-line
+        options: :class:`~effectq.testing.chaos.runner.Options` fields it sets (command-line
             options given explicitly win).
         sizes: ``ci`` and ``long`` (``small`` optional): ``tasks``, ``effects``,
             ``workers`` and the run's ``timeout``.
@@ -111,6 +111,21 @@ SCENARIOS: dict[str, Scenario] = {
             "long": {"tasks": 500, "effects": 4, "workers": 3, "timeout": 1200.0},
         },
     ),
+    "chord": Scenario(
+        "celery-rabbitmq",
+        "Celery chords on RabbitMQ (results on Redis): three header tasks of three effects each, "
+        "and a callback applying one effect per chord, keyed by the chord's group id "
+        "(effectq_run_id='chord:{request.group}'), lingering after it on its first run; busy workers "
+        "SIGKILLed",
+        "a chord whose header tasks or callback are delivered again: every header task's effects run "
+        "again, and the callback's 'once per chord' effect (a summary mail, an invoice) twice "
+        "(django-celery-results#397, celery#3538)",
+        {"chord": 3, "target": "busy", "kill_every": (2.5, 4.0), "pause": 0.1, "stall": 5.0},
+        {
+            "ci": {"tasks": 9, "effects": 3, "workers": 2, "timeout": 120.0},
+            "long": {"tasks": 600, "effects": 3, "workers": 3, "timeout": 1200.0},
+        },
+    ),
     "prefork-children": Scenario(
         "celery-redis",
         "prefork workers (two children each) with task_reject_on_worker_lost; only pool children "
@@ -130,14 +145,17 @@ SCENARIOS: dict[str, Scenario] = {
         },
     ),
     "pools": Scenario(
-        "celery-redis",
-        "Celery workers on the threads pool (two threads each), SIGKILLed at random and restarted",
-        "workers whose pool runs several tasks in one process (threads): one kill takes every "
-        "task of the process, each then delivered again",
-        {"pool": "threads", "concurrency": 2},
+        "celery-rabbitmq",
+        "Celery workers on RabbitMQ, one on the threads pool and one on the gevent pool (two tasks "
+        "at once each), SIGKILLed at random and restarted",
+        "workers whose pool runs several tasks in one process (threads, gevent greenlets): one kill "
+        "takes every task of the process, each then delivered again. gevent runs on RabbitMQ: on the "
+        "Redis broker an idle gevent worker never restores unacked messages (celery#4968, kombu#1025), "
+        "which effectq's start-up check names",
+        {"pool": "threads,gevent", "concurrency": 2},
         {
             "ci": {"tasks": 24, "effects": 4, "workers": 2, "timeout": 120.0},
-            "long": {"tasks": 800, "effects": 5, "workers": 3, "timeout": 1200.0},
+            "long": {"tasks": 800, "effects": 5, "workers": 4, "timeout": 1200.0},
         },
     ),
     "shutdown": Scenario(
