@@ -36,7 +36,7 @@ from typing import Any, Generic, ParamSpec, TypeVar, overload
 from .codec import result_annotation
 from .context import KeyContext
 from .effect import Effect, effect
-from .errors import ConfigurationError, InputMismatchError
+from .errors import ConfigurationError, InputMismatchError, StepDivergedError
 from .options import FROM_ANNOTATION, OnMismatch
 
 __all__ = ["Step", "StepDivergedError", "step"]
@@ -53,36 +53,6 @@ WAIT = 60.0
 RETENTION = timedelta(days=7)
 MAX_RESULT_BYTES = 1024 * 1024
 """A model response is larger than a typical effect's result."""
-
-
-class StepDivergedError(InputMismatchError):
-    """A replayed step was called with an input other than the journaled one.
-
-    Raised instead of returning the journaled value when the step has
-    ``on_mismatch="raise"``. Nothing was run.
-
-    Attributes:
-        key: the step's journal key.
-        name: the step name.
-        ordinal: which call of the step diverged (0 for the first).
-        run_id: the run id.
-        recorded_hash: hash of the journaled input.
-        input_hash: hash of this call's input.
-    """
-
-    def __init__(
-        self, key: str, name: str, ordinal: int, run_id: str, recorded_hash: str, input_hash: str
-    ) -> None:
-        super().__init__(key, name=name, recorded_hash=recorded_hash, input_hash=input_hash)
-        self.ordinal = ordinal
-        self.run_id = run_id
-        self._message = (
-            f"step {name} #{ordinal} of run {run_id!r} diverged: it was journaled with another input "
-            f"(journaled {recorded_hash[:12]}, now {input_hash[:12]}), so this run no longer makes the "
-            f"same calls as the attempt that journaled it. Nothing was run. Look for what changed "
-            f"between attempts (the code, or a value read outside a step); to start over, use a new run id."
-        )
-        self._rebuilt_from(key, name, ordinal, run_id, recorded_hash, input_hash)
 
 
 def _ordinal_key(args: dict[str, Any], ctx: KeyContext) -> str:

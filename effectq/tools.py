@@ -40,7 +40,7 @@ from typing import Any, TypedDict, overload
 
 from .context import EffectContext, KeyContext
 from .effect import Effect, effect
-from .errors import ConfigurationError, EffectqError
+from .errors import ConfigurationError, ToolNotAllowed
 from .options import OnMismatch, ReconcileOn
 
 __all__ = ["ToolNotAllowed", "ToolOptions", "wrap_tools"]
@@ -69,21 +69,6 @@ class ToolOptions(TypedDict, total=False):
     maybe_applied: Iterable[type[BaseException] | str] | Callable[[BaseException], bool]
     max_result_bytes: int
     result_type: Any
-
-
-class ToolNotAllowed(EffectqError):
-    """The ``allow`` check of :func:`wrap_tools` refused a tool call; nothing ran.
-
-    Attributes:
-        tool: the tool name.
-    """
-
-    def __init__(self, tool: str) -> None:
-        self.tool = tool
-        super().__init__(
-            f"tool {tool!r} is not allowed in this run (allow({tool!r}) said no); nothing was run"
-        )
-        self._rebuilt_from(tool)
 
 
 @overload

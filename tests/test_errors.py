@@ -10,6 +10,7 @@ than its ``args`` comes back as a bare ``Exception`` or with another message.
 from __future__ import annotations
 
 import pickle
+import re
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -93,6 +94,18 @@ def _id(exc: BaseException) -> str:
 def test_every_effectq_exception_has_a_sample() -> None:
     """A new exception class is held to the same: add it to SAMPLES."""
     assert _every_class(errors.EffectqError) == {type(exc) for exc in SAMPLES}
+
+
+def test_every_exception_is_defined_in_errors_and_drawn_in_its_tree() -> None:
+    """One module holds them all, its docstring the tree; the one that is also a Dramatiq
+    ``MiddlewareError`` stays with Dramatiq, so that ``import effectq`` needs no Dramatiq."""
+    found = _every_class(errors.EffectqError)
+    elsewhere = {cls for cls in found if cls.__module__ != "effectq.errors"}
+    assert elsewhere == {effectq.dramatiq.middleware.RunNotBoundError}
+    assert errors.__doc__ is not None
+    drawn = set(re.findall(r"[├└]── (?:effectq\.\w+\.)?(\w+)", errors.__doc__))
+    assert drawn == {cls.__name__ for cls in found} - {"EffectqError"}
+    assert set(errors.__all__) == {cls.__name__ for cls in found - elsewhere}
 
 
 @pytest.mark.parametrize("exc", SAMPLES, ids=_id)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import configparser
 import importlib.metadata
 import json
@@ -164,6 +165,34 @@ def test_every_public_name_resolves_lazily() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert "has no attribute 'no_such_name'" in out.stdout
+
+
+def test_the_names_the_type_checker_reads_are_all_and_resolve_to_their_home() -> None:
+    """``effectq/__init__.py`` states its names twice, by necessity: imports for the type checker
+    and a table for the lazy lookup. Both give ``__all__``, and each name is its home's object."""
+    import effectq
+    import effectq.errors
+
+    tree = ast.parse((ROOT / "effectq" / "__init__.py").read_text())
+    block = next(n for n in tree.body if isinstance(n, ast.If) and ast.unparse(n.test) == "TYPE_CHECKING")
+    read: dict[str, tuple[str, str | None]] = {}  # name -> (module, its attribute; None: the module)
+    for node in block.body:
+        assert isinstance(node, ast.ImportFrom)
+        for alias in node.names:
+            if alias.name == "*":
+                read.update(dict.fromkeys(effectq.errors.__all__, (f"effectq.{node.module}", None)))
+                continue
+            assert alias.asname == alias.name  # an explicit re-export
+            if node.module is None:  # from . import events as events
+                read[alias.name] = (f"effectq.{alias.name}", None)
+            else:
+                read[alias.name] = (f"effectq.{node.module}", alias.name)
+    assert set(read) == set(effectq.__all__)
+    assert effectq.__all__ == sorted(effectq.__all__)
+    for name, (home, attribute) in read.items():
+        module = importlib.import_module(home)
+        expected = module if attribute is None and home.endswith(f".{name}") else getattr(module, name)
+        assert getattr(effectq, name) is expected, name
 
 
 # -- the package's metadata ----------------------------------------------------------------
