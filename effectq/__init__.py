@@ -27,6 +27,10 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # what the type checker reads; the table below is what runs
     from . import events as events
+    from .agents.steps import Step as Step
+    from .agents.steps import step as step
+    from .agents.tools import ToolOptions as ToolOptions
+    from .agents.tools import wrap_tools as wrap_tools
     from .context import EffectContext as EffectContext
     from .context import KeyContext as KeyContext
     from .context import current_effect as current_effect
@@ -48,16 +52,12 @@ if TYPE_CHECKING:  # what the type checker reads; the table below is what runs
     from .runs import get_default_store as get_default_store
     from .runs import run as run
     from .runs import set_default_store as set_default_store
-    from .steps import Step as Step
-    from .steps import step as step
     from .store import MemoryStore as MemoryStore
     from .store import Record as Record
     from .store import ResultState as ResultState
     from .store import Status as Status
     from .store import Store as Store
     from .store.redis import RedisStore as RedisStore
-    from .tools import ToolOptions as ToolOptions
-    from .tools import wrap_tools as wrap_tools
 
 __version__ = "0.1.0"
 
@@ -79,10 +79,10 @@ _LAZY = {
         "run",
         "set_default_store",
     ),
-    ".steps": ("Step", "step"),
+    ".agents.steps": ("Step", "step"),
     ".store": ("MemoryStore", "Record", "ResultState", "Status", "Store"),
     ".store.redis": ("RedisStore",),
-    ".tools": ("ToolOptions", "wrap_tools"),
+    ".agents.tools": ("ToolOptions", "wrap_tools"),
 }
 _HOME = {name: module for module, names in _LAZY.items() for name in names}
 

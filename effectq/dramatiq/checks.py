@@ -11,8 +11,8 @@ import math
 from datetime import timedelta
 from typing import Any
 
-from ..doctor import startup_problems
 from ..integration import listed
+from ..ops.doctor import startup_problems
 from ..options import seconds
 
 __all__ = ["check"]
@@ -29,7 +29,7 @@ def check(broker: Any, *, retention: float | timedelta = timedelta(days=7), stor
         retention: the shortest effect retention the actors' effects use.
         store: the store the effects use: its Redis is checked as ``effectq doctor``
             checks it for what repeats effects whatever the broker does (see
-            :data:`effectq.doctor.STARTUP_CHECKS`: a ``maxmemory-policy`` that evicts).
+            :data:`effectq.ops.doctor.STARTUP_CHECKS`: a ``maxmemory-policy`` that evicts).
     """
     from .middleware import EffectMiddleware
 
