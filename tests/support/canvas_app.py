@@ -5,51 +5,18 @@ Chord header tasks (``canvas.part``), a chord callback keyed by the chord's grou
 and note the request fields they saw. A task given ``hold=True`` waits, on its first
 delivery only and after its effect, for the test to SIGKILL the worker. The Redis broker
 and the Redis result backend share the run's key prefix, so the test deletes all of it.
-The configuration comes from the environment :class:`~effectq.chaos.workload.WorkloadConfig`
-writes (read here without importing that module, whose app would be built too).
+The app is :func:`tests.support.worker_app.worker_app`'s, with a result backend.
 """
 
 from __future__ import annotations
 
-import os
 import time
 from typing import Any
 
-from celery import Celery
-
 import effectq
-import effectq.celery
-from effectq.testing.ledger import Ledger
+from tests.support.worker_app import worker_app
 
-
-def _env(name: str) -> str:
-    return os.environ["EFFECTQ_CHAOS_" + name.upper()]
-
-
-name, lease = _env("name"), float(_env("lease"))
-prefix = f"effectq-chaos-{name}:"
-ledger = Ledger.from_url(_env("ledger"), name)
-
-
-app = Celery(f"effectq-canvas-{name}", broker=_env("broker"), backend=_env("store"))
-app.conf.update(
-    result_backend_transport_options={"global_keyprefix": prefix},
-    result_expires=3600,
-    task_acks_late=True,
-    task_reject_on_worker_lost=True,
-    task_default_queue=f"effectq-chaos-{name}",
-    worker_prefetch_multiplier=1,
-    worker_enable_remote_control=False,
-    worker_hijack_root_logger=False,
-    broker_connection_retry_on_startup=True,
-    broker_transport_options={
-        "visibility_timeout": float(_env("visibility")),
-        "unacked_restore_interval": 1,  # a live worker restores a dead one's tasks every second
-        "unacked_restore_throttle": 1,
-        "global_keyprefix": prefix,
-    },
-)
-effectq.celery.install(app, _env("store"), namespace=name, in_progress_countdown=1.0, lease=lease)
+app, ledger, name, lease = worker_app("canvas", results=True)
 
 
 @effectq.effect(name="canvas.apply", lease=lease)
