@@ -4,7 +4,7 @@
     python bench/replicas.py --calls 200
 
 Starts its own servers on free loopback ports (a primary with a replica, and a
-3+3 Redis Cluster; the suite's helpers in tests/servers.py) and stops them. For
+3+3 Redis Cluster; the suite's helpers in tests/support/servers.py) and stops them. For
 each deployment it times first-time effects (claim, function, complete) and
 replays (claim), and counts round trips as the requests the client sent (a
 pipeline is one). The last case holds the replica's link, to show what a
@@ -30,7 +30,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import effectq
-from tests import servers
+from tests.support import servers
 
 try:
     from common import RoundTrips

@@ -25,69 +25,49 @@ import types
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:
-    from . import events
-    from .context import EffectContext, KeyContext, current_effect
-    from .effect import Effect, effect
-    from .engine import Applied
-    from .errors import (
-        ClaimNotReplicatedError,
-        CompletionNotReplicatedError,
-        ConfigurationError,
-        CorruptRecordError,
-        EffectqError,
-        InProgress,
-        InputMismatchError,
-        InvalidInputError,
-        InvalidKeyError,
-        NoActiveEffect,
-        NoActiveRun,
-        OutcomeUnknown,
-        ReconcileError,
-        ReentrantEffectError,
-        ReplicationError,
-        ResolveRefusedError,
-        ResultDecodeError,
-        ResultNotRecordedError,
-        StoreError,
-    )
-    from .keys import effect_marker, find_markers, has_marker, idempotency_key
-    from .options import MAYBE_APPLIED, OnMismatch, ReconcileOn
-    from .runs import Run, RunStats, active_run, current_run, get_default_store, run, set_default_store
-    from .steps import Step, StepDivergedError, step
-    from .store import MemoryStore, Record, ResultState, Status, Store
-    from .store.redis import RedisStore
-    from .tools import ToolNotAllowed, ToolOptions, wrap_tools
+if TYPE_CHECKING:  # what the type checker reads; the table below is what runs
+    from . import events as events
+    from .agents.steps import Step as Step
+    from .agents.steps import step as step
+    from .agents.tools import ToolOptions as ToolOptions
+    from .agents.tools import wrap_tools as wrap_tools
+    from .context import EffectContext as EffectContext
+    from .context import KeyContext as KeyContext
+    from .context import current_effect as current_effect
+    from .effect import Effect as Effect
+    from .effect import effect as effect
+    from .engine import Applied as Applied
+    from .errors import *  # noqa: F403
+    from .keys import effect_marker as effect_marker
+    from .keys import find_markers as find_markers
+    from .keys import has_marker as has_marker
+    from .keys import idempotency_key as idempotency_key
+    from .options import MAYBE_APPLIED as MAYBE_APPLIED
+    from .options import OnMismatch as OnMismatch
+    from .options import ReconcileOn as ReconcileOn
+    from .runs import Run as Run
+    from .runs import RunStats as RunStats
+    from .runs import active_run as active_run
+    from .runs import current_run as current_run
+    from .runs import get_default_store as get_default_store
+    from .runs import run as run
+    from .runs import set_default_store as set_default_store
+    from .store import MemoryStore as MemoryStore
+    from .store import Record as Record
+    from .store import ResultState as ResultState
+    from .store import Status as Status
+    from .store import Store as Store
+    from .store.redis import RedisStore as RedisStore
 
 __version__ = "0.1.0"
 
 # Where each public name lives. They load on first use (PEP 562), so ``import effectq`` and the
 # command line stay light: pydantic comes with the first effect, redis-py with the first RedisStore.
-_SOURCES = {
+# The exceptions are those of ``effectq.errors.__all__``, found there on first use too.
+_LAZY = {
     ".context": ("EffectContext", "KeyContext", "current_effect"),
     ".effect": ("Effect", "effect"),
     ".engine": ("Applied",),
-    ".errors": (
-        "ClaimNotReplicatedError",
-        "CompletionNotReplicatedError",
-        "ConfigurationError",
-        "CorruptRecordError",
-        "EffectqError",
-        "InProgress",
-        "InputMismatchError",
-        "InvalidInputError",
-        "InvalidKeyError",
-        "NoActiveEffect",
-        "NoActiveRun",
-        "OutcomeUnknown",
-        "ReconcileError",
-        "ReentrantEffectError",
-        "ReplicationError",
-        "ResolveRefusedError",
-        "ResultDecodeError",
-        "ResultNotRecordedError",
-        "StoreError",
-    ),
     ".keys": ("effect_marker", "find_markers", "has_marker", "idempotency_key"),
     ".options": ("MAYBE_APPLIED", "OnMismatch", "ReconcileOn"),
     ".runs": (
@@ -99,67 +79,17 @@ _SOURCES = {
         "run",
         "set_default_store",
     ),
-    ".steps": ("Step", "StepDivergedError", "step"),
+    ".agents.steps": ("Step", "step"),
     ".store": ("MemoryStore", "Record", "ResultState", "Status", "Store"),
     ".store.redis": ("RedisStore",),
-    ".tools": ("ToolNotAllowed", "ToolOptions", "wrap_tools"),
+    ".agents.tools": ("ToolOptions", "wrap_tools"),
 }
-_HOME = {name: module for module, names in _SOURCES.items() for name in names}
+_HOME = {name: module for module, names in _LAZY.items() for name in names}
 
-__all__ = [
-    "MAYBE_APPLIED",
-    "Applied",
-    "ClaimNotReplicatedError",
-    "CompletionNotReplicatedError",
-    "ConfigurationError",
-    "CorruptRecordError",
-    "Effect",
-    "EffectContext",
-    "EffectqError",
-    "InProgress",
-    "InputMismatchError",
-    "InvalidInputError",
-    "InvalidKeyError",
-    "KeyContext",
-    "MemoryStore",
-    "NoActiveEffect",
-    "NoActiveRun",
-    "OnMismatch",
-    "OutcomeUnknown",
-    "ReconcileError",
-    "ReconcileOn",
-    "Record",
-    "RedisStore",
-    "ReentrantEffectError",
-    "ReplicationError",
-    "ResolveRefusedError",
-    "ResultDecodeError",
-    "ResultNotRecordedError",
-    "ResultState",
-    "Run",
-    "RunStats",
-    "Status",
-    "Step",
-    "StepDivergedError",
-    "Store",
-    "StoreError",
-    "ToolNotAllowed",
-    "ToolOptions",
-    "active_run",
-    "current_effect",
-    "current_run",
-    "effect",
-    "effect_marker",
-    "events",
-    "find_markers",
-    "get_default_store",
-    "has_marker",
-    "idempotency_key",
-    "run",
-    "set_default_store",
-    "step",
-    "wrap_tools",
-]
+
+def _public() -> list[str]:
+    """``__all__``: the names of the table and the exceptions (this loads ``effectq.errors``)."""
+    return sorted([*import_module(".errors", __name__).__all__, *_HOME, "events"])
 
 
 if not TYPE_CHECKING:  # mypy reads the imports above, and flags a name that is not there
@@ -167,16 +97,21 @@ if not TYPE_CHECKING:  # mypy reads the imports above, and flags a name that is 
     def __getattr__(name: str) -> Any:
         if name == "events":
             return import_module(".events", __name__)
-        module = _HOME.get(name)
-        if module is None:
-            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-        value = getattr(import_module(module, __name__), name)
+        if name == "__all__":
+            value = _public()
+        elif name in _HOME:
+            value = getattr(import_module(_HOME[name], __name__), name)
+        else:
+            errors = import_module(".errors", __name__)
+            if name not in errors.__all__:
+                raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+            value = getattr(errors, name)
         globals()[name] = value  # found once: later lookups skip this function
         return value
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+    return sorted({*globals(), *_public()})
 
 
 class _Package(types.ModuleType):

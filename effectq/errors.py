@@ -11,6 +11,40 @@ Celery's prefork pool) and Celery's JSON result backend rebuild exceptions.
 ``str(exc)`` is the message. Pickling keeps every attribute; JSON keeps the
 plain ones (key, name, reason, ...) and leaves out a stored record, a claim
 or a result, which arrive as ``None``.
+
+The tree (``effectq.X`` for each; every name is also importable from here)::
+
+    EffectqError
+    ├── OutcomeUnknown                 nobody can know whether it applied
+    ├── InProgress                     in flight elsewhere, still after the wait
+    ├── ReentrantEffectError           an effect called inside itself
+    ├── StoreError                     the store failed or answered nonsense
+    │   ├── CorruptRecordError
+    │   └── ClaimNotReplicatedError    (also a ReplicationError)
+    ├── ReplicationError               too few replicas acknowledged a write
+    │   ├── ClaimNotReplicatedError
+    │   └── CompletionNotReplicatedError
+    ├── NoActiveRun
+    ├── NoActiveEffect                 (also a LookupError)
+    ├── InvalidInputError              (also a TypeError)
+    ├── InvalidKeyError                (also a ValueError)
+    ├── InputMismatchError             the key was recorded with another input
+    │   └── StepDivergedError          a replayed step got another input
+    ├── ResultNotRecordedError
+    ├── ResultDecodeError
+    ├── ReconcileError
+    ├── ResolveRefusedError
+    ├── ToolNotAllowed                 wrap_tools' ``allow`` said no
+    ├── ConfigurationError             (also a ValueError)
+    └── effectq.dramatiq.RunNotBoundError   (also Dramatiq's MiddlewareError)
+
+``RunNotBoundError`` alone lives in :mod:`effectq.dramatiq`: it is a Dramatiq
+``MiddlewareError`` too, and defining it here would load Dramatiq with ``import effectq``.
+What is not here is no error of effectq's to catch: the command line's exit
+(``effectq.cli.session.CommandError``), and the ``BaseException`` signals a driver or
+a test toolkit raises through user code and catches again (``effect.StreamClosed``,
+``testing.faults.Crash``); and the refusal of the test ledger, which stands for a downstream
+system, not for effectq (``testing.ledger.Fenced``).
 """
 
 from __future__ import annotations
@@ -39,7 +73,9 @@ __all__ = [
     "ResolveRefusedError",
     "ResultDecodeError",
     "ResultNotRecordedError",
+    "StepDivergedError",
     "StoreError",
+    "ToolNotAllowed",
 ]
 
 
@@ -297,6 +333,36 @@ class InputMismatchError(EffectqError):
         self._rebuilt_from(key, name, recorded_hash, input_hash)
 
 
+class StepDivergedError(InputMismatchError):
+    """A replayed step was called with an input other than the journaled one.
+
+    Raised instead of returning the journaled value when the step has
+    ``on_mismatch="raise"``. Nothing was run.
+
+    Attributes:
+        key: the step's journal key.
+        name: the step name.
+        ordinal: which call of the step diverged (0 for the first).
+        run_id: the run id.
+        recorded_hash: hash of the journaled input.
+        input_hash: hash of this call's input.
+    """
+
+    def __init__(
+        self, key: str, name: str, ordinal: int, run_id: str, recorded_hash: str, input_hash: str
+    ) -> None:
+        super().__init__(key, name=name, recorded_hash=recorded_hash, input_hash=input_hash)
+        self.ordinal = ordinal
+        self.run_id = run_id
+        self._message = (
+            f"step {name} #{ordinal} of run {run_id!r} diverged: it was journaled with another input "
+            f"(journaled {recorded_hash[:12]}, now {input_hash[:12]}), so this run no longer makes the "
+            f"same calls as the attempt that journaled it. Nothing was run. Look for what changed "
+            f"between attempts (the code, or a value read outside a step); to start over, use a new run id."
+        )
+        self._rebuilt_from(key, name, ordinal, run_id, recorded_hash, input_hash)
+
+
 class ResultNotRecordedError(EffectqError):
     """The effect applied, but its result was not recorded, so it cannot be replayed.
 
@@ -363,6 +429,21 @@ class ResolveRefusedError(EffectqError):
         self.detail = detail
         super().__init__(f"refused to resolve {key!r}: {found}{'; ' + detail if detail else ''}")
         self._rebuilt_from(key, status, detail)
+
+
+class ToolNotAllowed(EffectqError):
+    """The ``allow`` check of :func:`wrap_tools` refused a tool call; nothing ran.
+
+    Attributes:
+        tool: the tool name.
+    """
+
+    def __init__(self, tool: str) -> None:
+        self.tool = tool
+        super().__init__(
+            f"tool {tool!r} is not allowed in this run (allow({tool!r}) said no); nothing was run"
+        )
+        self._rebuilt_from(tool)
 
 
 class ConfigurationError(EffectqError, ValueError):

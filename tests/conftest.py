@@ -15,8 +15,7 @@ import pytest
 import redis
 
 import effectq
-
-from . import servers
+from tests.support import servers
 
 REDIS_URL = os.environ.get("EFFECTQ_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 

@@ -12,8 +12,8 @@ import logging
 from datetime import timedelta
 from typing import Any
 
-from ..doctor import startup_problems
 from ..integration import listed
+from ..ops.doctor import startup_problems
 from ..options import seconds
 
 __all__ = ["RABBITMQ_CONSUMER_TIMEOUT", "check"]
@@ -45,7 +45,7 @@ def check(
         in_progress_countdown: the countdown of the retry an in-flight effect causes.
         store: the store the effects use: its Redis is checked as ``effectq doctor``
             checks it for what repeats effects whatever the app does (see
-            :data:`effectq.doctor.STARTUP_CHECKS`: a ``maxmemory-policy`` that evicts).
+            :data:`effectq.ops.doctor.STARTUP_CHECKS`: a ``maxmemory-policy`` that evicts).
         pool: the worker's pool (its ``-P`` name, or the pool class a worker holds in
             ``pool_cls``); ``None``: the app's ``worker_pool`` setting.
     """

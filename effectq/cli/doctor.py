@@ -6,7 +6,7 @@ import os
 from collections import Counter
 from dataclasses import asdict
 
-from ..doctor import Level, diagnose
+from ..ops.doctor import Level, diagnose
 from .output import safe_url
 from .session import CommandError, Exit, Session
 

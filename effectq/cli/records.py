@@ -6,9 +6,9 @@ import argparse
 import os
 import socket
 
-from .. import admin
 from ..errors import ConfigurationError, ResolveRefusedError
 from ..keys import idempotency_key
+from ..ops import admin
 from ..store.base import Record, Status
 from ..store.operators import Standing, since, standing
 from .output import age, holder, record_json, result_summary, stamp, table

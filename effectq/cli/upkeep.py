@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .. import admin
+from ..ops import admin
 from ..store.operators import Standing
 from .output import age, stamp, table
 from .session import CommandError, Exit, Session

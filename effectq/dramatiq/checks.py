@@ -11,11 +11,15 @@ import math
 from datetime import timedelta
 from typing import Any
 
-from ..doctor import startup_problems
 from ..integration import listed
+from ..ops.doctor import startup_problems
 from ..options import seconds
 
-__all__ = ["check"]
+__all__ = ["ACTOR_OPTIONS", "check"]
+
+ACTOR_OPTIONS = frozenset({"effectq_run_id", "effectq_task"})
+"""The actor options effectq's middleware declares to Dramatiq (``Middleware.actor_options``): how
+:func:`check` tells it in a broker's middleware, subclasses included, without importing it."""
 
 _MAX_BACKOFF_MS = 7 * 86400 * 1000
 """The longest backoff Retries applies, whatever an actor asks for (Dramatiq's DEFAULT_MAX_BACKOFF)."""
@@ -29,14 +33,12 @@ def check(broker: Any, *, retention: float | timedelta = timedelta(days=7), stor
         retention: the shortest effect retention the actors' effects use.
         store: the store the effects use: its Redis is checked as ``effectq doctor``
             checks it for what repeats effects whatever the broker does (see
-            :data:`effectq.doctor.STARTUP_CHECKS`: a ``maxmemory-policy`` that evicts).
+            :data:`effectq.ops.doctor.STARTUP_CHECKS`: a ``maxmemory-policy`` that evicts).
     """
-    from .middleware import EffectMiddleware
-
     retention_s = seconds(retention, option="retention")
     middleware = list(broker.middleware)
     names = [type(m).__name__ for m in middleware]
-    ours = [i for i, m in enumerate(middleware) if isinstance(m, EffectMiddleware)]
+    ours = [i for i, m in enumerate(middleware) if set(m.actor_options) >= ACTOR_OPTIONS]
     problems: list[str] = []
     if "Retries" in names and ours and ours[0] < names.index("Retries"):
         problems.append(

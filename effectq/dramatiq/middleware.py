@@ -33,7 +33,7 @@ from ..options import seconds
 from ..runs import RunScope
 from ..runs import run as bind_run
 from ..store.base import Status, Store
-from .checks import check
+from .checks import ACTOR_OPTIONS, check
 
 __all__ = ["EffectMiddleware", "RunNotBoundError"]
 
@@ -110,7 +110,7 @@ class EffectMiddleware(Middleware):
 
     @property
     def actor_options(self) -> set[str]:
-        return {"effectq_run_id", "effectq_task"}
+        return set(ACTOR_OPTIONS)
 
     @property
     def store(self) -> Store:

@@ -1,7 +1,7 @@
 """What operators need of a store: records by where they stand, a summary, and purge.
 
 The engine never calls these; ``effectq list``, ``stats``, ``purge`` and the
-Prometheus gauges do (through :mod:`effectq.admin`). A store that implements
+Prometheus gauges do (through :mod:`effectq.ops.admin`). A store that implements
 them is an :class:`OperatorStore`; :class:`effectq.testing.OperatorStoreContract`
 is the suite it passes.
 

@@ -1,0 +1,1 @@
+"""Redis deployments of several servers: Cluster, replicas, Sentinel (each test starts its own)."""

@@ -1,0 +1,1 @@
+"""effectq.celery: the eager path, configuration, canvas, real workers."""

@@ -1,0 +1,1 @@
+"""effectq.dramatiq: the middleware on Dramatiq's StubBroker."""

@@ -1,0 +1,1 @@
+"""Real processes: races, SIGKILL, signals and time limits, the chaos runner."""
