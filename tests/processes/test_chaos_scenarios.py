@@ -19,7 +19,6 @@ from effectq.testing.chaos.__main__ import INFRASTRUCTURE, exit_status, main, op
 from effectq.testing.chaos.redis_server import RedisServer
 from effectq.testing.chaos.runner import CONFIGURATIONS, Options, Report, run_chaos
 from effectq.testing.chaos.scenarios import SCENARIOS
-
 from tests.conftest import REDIS_URL
 
 AMQP_URL = os.environ.get("EFFECTQ_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/%2F")

@@ -17,7 +17,6 @@ from pathlib import Path
 import pytest
 
 from effectq.testing.chaos.user import Send, parse_send
-
 from tests.conftest import REDIS_URL
 
 AMQP_URL = os.environ.get("EFFECTQ_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/%2F")

@@ -20,7 +20,6 @@ import redis
 import effectq
 import effectq.metrics
 from effectq.errors import ConfigurationError
-
 from tests.conftest import delete_namespace
 
 ROOT = Path(__file__).resolve().parents[2]
