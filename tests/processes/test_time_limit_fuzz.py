@@ -117,12 +117,13 @@ def test_a_time_limit_between_a_claim_granted_after_a_wait_and_the_function_give
     run_id = f"waited-{uuid.uuid4().hex[:8]}"
     waiter = threading.current_thread()
     ran: list[str] = []
+    watching = threading.Event()
 
     @effectq.effect(name="fuzz.waited", wait=10.0)
     def act(n: int) -> int:
         ran.append(threading.current_thread().name)
         if threading.current_thread() is not waiter:
-            time.sleep(0.3)
+            assert watching.wait(10.0), "the waiter never watched the key"
             raise ValueError("not applied")
         return n
 
@@ -134,6 +135,7 @@ def test_a_time_limit_between_a_claim_granted_after_a_wait_and_the_function_give
 
     def watch_then_cut(key: str, callback: Any) -> Any:
         unsubscribe = watch(key, callback)
+        watching.set()  # the holder gives the key up only once the waiter watches it
 
         def cut() -> None:  # the limit lands as the waiter stops watching
             unsubscribe()
