@@ -25,7 +25,7 @@ from typing import Any
 import redis
 import redis.connection
 
-from effectq.store.lane import Lane
+from effectq.store.redis.wire.sync import Lane
 
 RESULTS = Path(__file__).resolve().parent / "results"
 

@@ -6,7 +6,7 @@ effect, one (``GET``) for a replay. Powertools is AWS Lambda Powertools'
 ``idempotent_function`` with its Redis persistence layer on the same Redis.
 All three run interleaved in one process, the function itself a no-op.
 
-effectq sends its scripts on its own lane (effectq.store.lane), which skips
+effectq sends its scripts on its own lane (effectq.store.redis.wire), which skips
 redis-py's per-command Python; so, for honesty, the same commands written
 straight on a pooled connection (read with its parser) are timed beside them:
 the bare-socket floor, which no client can beat.
@@ -28,7 +28,7 @@ import redis
 
 import effectq
 from effectq import events
-from effectq.store.lane import settle_owed_replies
+from effectq.store.redis.wire.sync import settle_owed_replies
 
 try:
     from common import Series, interleave, main_sized, paths_table

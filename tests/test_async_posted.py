@@ -31,7 +31,7 @@ import redis
 import effectq
 from effectq import events
 from effectq.heartbeat import heartbeat
-from effectq.store.async_lane import _owing_on
+from effectq.store.redis.wire.aio import _owing_on
 
 
 @pytest.fixture
@@ -101,7 +101,7 @@ def test_a_worker_killed_right_after_the_effect_returned_leaves_it_completed(
     program = textwrap.dedent(
         f"""
         import asyncio, effectq
-        from effectq.store.async_lane import _owing_on
+        from effectq.store.redis.wire.aio import _owing_on
         store = effectq.RedisStore.from_url({redis_url!r}, namespace={namespace!r})
 
         @effectq.effect(name="aposted.charge")

@@ -223,7 +223,7 @@ def test_a_script_sent_after_posts_sees_what_they_wrote_after_a_flush(
 ) -> None:
     """Posts meet NOSCRIPT; the script sent next on the lane was loaded already. It sees what the
     posts wrote: run again after them if it may run twice, else sent only once they are read."""
-    from effectq.store.lane import Lane
+    from effectq.store.redis.wire.sync import Lane
 
     counter = f"{namespace}:counter"
     bump = "return redis.call('INCR', KEYS[1])"
@@ -343,7 +343,7 @@ def test_a_child_forked_while_another_thread_makes_a_store_can_make_one(
 ) -> None:
     """A prefork worker forks its children whenever it likes: one forked while another thread of
     the parent was making a store (its lane registering itself) makes stores and runs effects."""
-    from effectq.store import lane
+    from effectq.store.redis.wire import sync as lane
 
     @effectq.effect(name="edge.fork.lane")
     def act(n: int) -> int:

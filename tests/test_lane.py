@@ -21,7 +21,9 @@ from redis._parsers import _RESP2Parser, _RESP3Parser
 
 import effectq
 from effectq.store.base import ClaimKind, ClaimRequest, ResultState
-from effectq.store.lane import Lane, _pack_command, lane_for
+from effectq.store.redis.wire import frames
+from effectq.store.redis.wire.frames import _pack_command
+from effectq.store.redis.wire.sync import Lane, lane_for
 
 from .conftest import delete_namespace
 
@@ -328,9 +330,8 @@ _ARGUMENT = st.one_of(
 @given(keys=st.lists(_ARGUMENT, max_size=5), args=st.lists(_ARGUMENT, max_size=12))
 def test_hiredis_frames_as_the_python_framing_does(keys: list[object], args: list[object]) -> None:
     """The lane frames with hiredis when it can; its bytes are the Python framing's, byte for byte."""
-    lane = Lane(redis.ConnectionPool())
     sha = "a" * 40
-    assert lane._frame(sha, keys, args) == lane._frame_python(sha, keys, args)
+    assert frames.frame(sha, keys, args) == frames.frame_python(sha, keys, args)
 
 
 def test_arguments_reach_the_script_as_sent(redis_url: str) -> None:

@@ -31,7 +31,7 @@ import redis
 import effectq
 from effectq import events
 from effectq.heartbeat import heartbeat
-from effectq.store.lane import Lane
+from effectq.store.redis.wire.sync import Lane
 
 
 @pytest.fixture

@@ -23,7 +23,7 @@ import pytest
 import redis
 
 import effectq
-from effectq.store.lane import SignalSafePacker, _pack_command
+from effectq.store.redis.wire.frames import SignalSafePacker, _pack_command
 
 pytestmark = pytest.mark.skipif(not hasattr(signal, "setitimer"), reason="needs signal.setitimer")
 
@@ -67,7 +67,8 @@ def storm(call, seed, landed_at_least, deadline):
 
 
 store = effectq.RedisStore.from_url(sys.argv[1], namespace="storm")  # connects to nothing
-lane = store._lane
+from effectq.store.redis.wire.frames import frame as frame_script
+
 key = "run-1:storm.charge:" + "ab" * 32
 layout, claim_args = store._claim_args(
     key,
@@ -78,8 +79,8 @@ claim_sha, complete_sha = store._scripts["claim"].sha, store._scripts["complete"
 
 
 def frame():
-    lane._frame(claim_sha, layout.script_keys, claim_args)
-    lane._frame(complete_sha, complete_keys, complete_args)
+    frame_script(claim_sha, layout.script_keys, claim_args)
+    frame_script(complete_sha, complete_keys, complete_args)
 
 
 calls, landed = storm(frame, int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]))
@@ -121,25 +122,23 @@ def test_the_framing_hands_hiredis_nothing_it_converts_by_calling_python() -> No
     the exception a signal handler may raise there; the lane hands it text and bytes alone, and
     the frame is the same bytes as before."""
     seen: list[tuple[object, ...]] = []
-    from effectq.store import lane as lane_module
+    from effectq.store.redis.wire import frames as frames_module
 
     def spy(command: tuple[object, ...]) -> bytes:
         seen.append(command)
         assert _pack_command is not None
         return _pack_command(command)
 
-    lane = lane_module.Lane.__new__(lane_module.Lane)
-    lane._heads = {}
-    original = lane_module._pack_command
-    lane_module._pack_command = spy
+    original = frames_module._pack_command
+    frames_module._pack_command = spy
     try:
         sha = "a" * 40
         keys = ["k1", "k2"]
         args = [60_000, "owner", b"\x00bytes", 2**70, -1, 1.5, bytearray(b"ba"), memoryview(b"mv")]
-        frame = lane._frame(sha, keys, args)
+        frame = frames_module.frame(sha, keys, args)
     finally:
-        lane_module._pack_command = original
-    assert frame == lane._frame_python(sha, keys, args)
+        frames_module._pack_command = original
+    assert frame == frames_module.frame_python(sha, keys, args)
     assert seen and all(type(part) in (str, bytes) for command in seen for part in command)
 
 

@@ -1,4 +1,4 @@
-"""The operator primitives of :class:`~effectq.store.redis.RedisStore` (see :mod:`.operators`).
+"""The operator primitives of :class:`~effectq.store.redis.RedisStore` (see :mod:`effectq.store.operators`).
 
 In doubt and in flight come from the two indexes the scripts keep in every
 bucket of a namespace (``effectq:{ns:bb}:open`` and ``effectq:{ns:bb}:doubt``),
@@ -24,12 +24,12 @@ import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
-from typing import Any, NoReturn, Protocol
+from typing import Any, Protocol
 
-from ..errors import CorruptRecordError, StoreError
-from ..options import is_time_limit
-from .base import Record, Status
-from .operators import Standing, Summary, since, standing
+from ...errors import CorruptRecordError, StoreError
+from ..base import Record, Status
+from ..operators import Standing, Summary, since, standing
+from .errors import raise_operator_failure
 
 __all__ = ["RedisOperations"]
 
@@ -84,13 +84,6 @@ def _indexes(record_key: str) -> tuple[str, str]:
     return f"{tag}:open", f"{tag}:doubt"
 
 
-def _raise_failure(op: str, exc: BaseException) -> NoReturn:
-    """A :class:`StoreError`; or ``exc`` itself when it is a worker's time limit (the task's)."""
-    if is_time_limit(exc):
-        raise exc
-    raise StoreError(f"effectq {op} failed on Redis: {type(exc).__name__}: {exc}") from exc
-
-
 def _when(score: Any) -> datetime | None:
     return None if score is None else datetime.fromtimestamp(float(score) / 1000, UTC)
 
@@ -106,7 +99,7 @@ class RedisOperations:
         try:
             seconds, micros = self.client.time()
         except Exception as exc:
-            _raise_failure("clock", exc)
+            raise_operator_failure("clock", exc)
         return datetime.fromtimestamp(seconds + micros / 1e6, UTC)
 
     def _per_bucket(self: _Host, queue: Callable[[Any, str, str], None]) -> list[list[Any]]:
@@ -120,7 +113,7 @@ class RedisOperations:
         try:
             replies = pipe.execute()
         except Exception as exc:
-            _raise_failure("index read", exc)
+            raise_operator_failure("index read", exc)
         out, at = [], 0
         for size in sizes:
             out.append(replies[at : at + size])
@@ -141,7 +134,7 @@ class RedisOperations:
             try:
                 replies = self._read_batch(script, batch)
             except Exception as exc:
-                _raise_failure("fetch", exc)
+                raise_operator_failure("fetch", exc)
             for i, name in enumerate(batch):
                 reply, score = replies[2 * i], replies[2 * i + 1]
                 try:
@@ -230,7 +223,7 @@ class RedisOperations:
         except StoreError:
             raise
         except Exception as exc:
-            _raise_failure("scan", exc)
+            raise_operator_failure("scan", exc)
 
     def summary(self: _Host) -> Summary:
         now_ms = _ms(self.clock())
@@ -257,7 +250,7 @@ class RedisOperations:
             try:
                 statuses = pipe.execute(raise_on_error=False)  # a completed record is a string
             except Exception as exc:
-                _raise_failure("summary", exc)
+                raise_operator_failure("summary", exc)
             for (_, score), status in zip(dead, statuses, strict=True):
                 if status == b"d":
                     unknown += 1
@@ -289,7 +282,7 @@ class RedisOperations:
         try:
             exists = pipe.execute() if names else []
         except Exception as exc:
-            _raise_failure("prune", exc)
+            raise_operator_failure("prune", exc)
         pruned = 0
         for name, present in zip(names, exists, strict=True):
             if present:

@@ -1,0 +1,447 @@
+"""EVALSHA on redis-py's own pooled connections, without its per-command machinery.
+
+A command through ``redis.Redis`` costs some 40 µs of Python beyond the round
+trip on loopback: the pool checkout and its observability hooks, argument
+encoding, retries, response callbacks. For the scripts every effect runs, that
+is more than the scripts cost Redis. The lane frames the ``EVALSHA`` itself,
+writes it on a connection of the client's pool, and reads the reply with that
+connection's own parser (hiredis when installed), so RESP2/RESP3, push messages,
+TLS and authentication stay redis-py's.
+
+Connections the lane used are kept on a small stack of its own (they stay
+checked out of the pool) and taken back first; a process that forks starts with
+an empty stack. A failed call disconnects its connection and hands it back to
+the pool, so a half-read reply never reaches another command.
+
+A script whose reply can wait (an effect's completion, whose outcome the caller
+does not see) is *posted*: written at once, its reply read by the same thread's
+next exchange on the lane, which writes behind it on the same connection, or by
+:func:`settle_owed_replies` (a run's end). Redis runs it when it arrives, as it
+would any command; only the wait for its reply is gone. Until then the
+connection belongs to that thread alone.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import weakref
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ..errors import mark_unsent as _unsent
+from .frames import command as _command
+from .frames import frame as frame_script
+from .redispy import protect_connection as _protect_connection
+
+__all__ = ["Lane", "lane_for", "settle_owed_replies"]
+
+_log = logging.getLogger("effectq.store")
+_lanes: weakref.WeakSet[Lane] = weakref.WeakSet()
+_lanes_lock = threading.Lock()
+_owing = threading.local()
+"""Per thread, ``lanes``: the lanes on which this thread owes replies it has not read."""
+
+Settle = Callable[[Any], None]
+"""Takes a posted script's reply, or the exception that stopped it being read."""
+
+_Owed = list[tuple[Settle, bytes, str | bytes]]
+"""Posted scripts whose replies a connection owes: (settle, frame, script source) each."""
+
+_MAX_OWED = 64
+"""Posted replies a connection may owe before the next post reads them first."""
+
+
+def _forget_all() -> None:  # a forked child must not write on, or read from, its parent's sockets
+    global _lanes_lock, _owing
+    _lanes_lock = threading.Lock()  # another thread of the parent may have held it: it is gone
+    for lane in list(_lanes):
+        lane._idle = []
+        lane._local = threading.local()
+    _owing = threading.local()
+
+
+def settle_owed_replies() -> None:
+    """Read every reply this thread owes on any lane, and settle each (a run's end calls this)."""
+    lanes = getattr(_owing, "lanes", None)
+    if lanes:
+        _owing.lanes = None
+        for lane in lanes:
+            lane.settle_owed()
+
+
+os.register_at_fork(after_in_child=_forget_all)
+
+
+class Lane:
+    """Sends scripts on connections of ``pool``; see the module docstring.
+
+    Args:
+        pool: the client's ``redis.ConnectionPool``.
+        pool_args: what this redis-py's ``get_connection`` needs (old ones want a command name).
+        keep: how many idle connections the lane holds on to; more go back to the pool.
+    """
+
+    def __init__(self, pool: Any, pool_args: tuple[str, ...] = (), keep: int = 16) -> None:
+        import redis
+
+        self._pool = pool
+        self._pool_args = pool_args
+        self._keep = keep
+        self._idle: list[Any] = []
+        self._errors = (redis.ConnectionError, OSError)
+        self._timeout = (redis.TimeoutError, TimeoutError)
+        self._response_error = redis.ResponseError
+        self._noscript = redis.exceptions.NoScriptError
+        self._connection_error = redis.ConnectionError
+        self._local = threading.local()
+        """Per thread: ``conn``, a connection owing replies to posts; ``owed``, their settles; and
+        ``sock``, the socket they were written on, the only one they can come on."""
+        with _lanes_lock:
+            _lanes.add(self)
+
+    def evalsha(
+        self, sha: str, source: str | bytes, keys: Sequence[Any], args: Sequence[Any], *, retry: bool
+    ) -> Any:
+        """``EVALSHA sha keys args``; loads ``source`` after a NOSCRIPT and runs it again.
+
+        ``retry``: the script may run twice (a retried claim with the same owner,
+        a completion with the same token): a connection that turns out dead (a
+        Redis restart closed it while idle) is replaced once. A timeout is never
+        retried: the script may be running.
+        """
+        reply = self._exchange(frame_script(sha, keys, args), source, retry, pair=False)
+        if isinstance(reply, self._response_error):
+            raise reply
+        return reply
+
+    def evalsha_wait(
+        self,
+        sha: str,
+        source: str | bytes,
+        keys: Sequence[Any],
+        args: Sequence[Any],
+        *,
+        replicas: int,
+        timeout_ms: int,
+        retry: bool,
+    ) -> tuple[Any, int]:
+        """``EVALSHA`` then ``WAIT replicas timeout_ms`` on the same connection, in one write.
+
+        ``WAIT`` counts the replicas that acknowledged the writes of its own
+        connection, so it must follow the script there. Returns (the script's
+        reply, how many replicas acknowledged).
+        """
+        frame = frame_script(sha, keys, args) + _command(b"WAIT", b"%d" % replicas, b"%d" % timeout_ms)
+        reply, acknowledged = self._exchange(frame, source, retry, pair=True)
+        if isinstance(reply, self._response_error):
+            raise reply
+        if isinstance(acknowledged, self._response_error):
+            raise acknowledged
+        return reply, int(acknowledged)
+
+    def post(
+        self, sha: str, source: str | bytes, keys: Sequence[Any], args: Sequence[Any], settle: Settle
+    ) -> bool:
+        """``EVALSHA`` written now; ``settle`` gets its reply when this thread reads it.
+
+        That is at this thread's next exchange on the lane, which writes behind it
+        on the same connection, or at :meth:`settle_owed`. A NOSCRIPT reply is
+        answered by loading the script and running it again before it is settled;
+        a reply that cannot be read settles as the exception that stopped it.
+        Returns False, having settled nothing, when the script could not be written
+        (no connection could be had, or the write failed: the caller runs it the
+        usual way; whatever was owed on that connection is settled with the error).
+        """
+        frame = frame_script(sha, keys, args)
+        local = self._local
+        conn = getattr(local, "conn", None)
+        if conn is not None and (len(local.owed) >= _MAX_OWED or conn._sock is not local.sock):
+            self.settle_owed()  # a connection closed meanwhile settles its owed posts as failed
+            conn = None
+        if conn is None:
+            try:
+                conn = self._take()[0]
+            except Exception:  # the pool could not make one (maxclients, Redis down): nothing written
+                return False
+            owed, sock = [], None
+        else:
+            owed, sock = local.owed, local.sock
+        local.conn, local.owed, local.sock = None, [], None  # until the write went out
+        try:
+            if owed:
+                self._write_behind(conn, frame, sock)
+            else:
+                self._write(conn, frame)
+        except BaseException as exc:
+            self._abandon(conn, owed, exc)
+            if isinstance(exc, Exception):
+                return False
+            raise
+        owed.append((settle, frame, source))
+        local.conn, local.owed, local.sock = conn, owed, conn._sock
+        lanes = getattr(_owing, "lanes", None)
+        if lanes is None:
+            _owing.lanes = [self]
+        elif self not in lanes:
+            lanes.append(self)
+        return True
+
+    def settle_owed(self) -> None:
+        """Read the replies this thread owes on the lane and settle them; the connection is free again."""
+        local = self._local
+        conn = getattr(local, "conn", None)
+        if conn is None:
+            return
+        owed, sock = local.owed, local.sock
+        local.conn, local.owed, local.sock = None, [], None
+        try:
+            replies = self._read_owed(conn, sock, owed)
+            self._rerun_unloaded(conn, owed, replies)
+        except BaseException as exc:
+            self._abandon(conn, owed, exc)
+            if isinstance(exc, Exception):
+                return
+            raise
+        self._give(conn)
+        _settle_each(owed, replies)
+
+    def _read_owed(self, conn: Any, sock: Any, owed: _Owed) -> list[Any]:
+        """The replies ``conn`` owes, which only ``sock`` can bring: a connection closed since
+        (``pool.disconnect()``, a client's ``close()``), or opened again, has lost them."""
+        if conn._sock is not sock:
+            raise self._lost(conn)
+        return [conn._parser.read_response() for _ in owed]
+
+    def _lost(self, conn: Any) -> Exception:
+        """What a connection closed while it owed replies raises (and settles them with)."""
+        return self._connection_error(
+            f"the connection to {conn.host}:{conn.port} was closed while it owed replies"
+        )
+
+    def _abandon(self, conn: Any, owed: _Owed, exc: BaseException) -> None:
+        """A connection that failed owing replies: dropped, and each owed post settled with ``exc``."""
+        self._drop(conn)
+        _settle_all(owed, exc)
+
+    def _rerun_unloaded(self, conn: Any, owed: _Owed, replies: list[Any]) -> bool:
+        """Posts that met NOSCRIPT (a flushed script cache, a Redis restart): the script loaded, and
+        from the first such post on, every post run again in the order they were sent, since those
+        behind it ran before it did. Returns whether any was: the script written behind them ran
+        before them too. (A post is a script that may run twice: a completion with its token.)"""
+        first = next((i for i, reply in enumerate(replies) if isinstance(reply, self._noscript)), None)
+        if first is None:
+            return False
+        for i in range(first, len(owed)):
+            _, frame, source = owed[i]
+            if not isinstance(replies[i], self._noscript):
+                replies[i] = self._send(conn, frame)
+            replies[i] = self._loaded(conn, replies[i], frame, source, pair=False)
+        return True
+
+    def _unloaded(self, answer: Any, pair: bool) -> bool:
+        return isinstance(answer[0] if pair else answer, self._noscript)
+
+    def _loaded(self, conn: Any, answer: Any, frame: bytes, source: str | bytes, *, pair: bool) -> Any:
+        """``answer``; or, if NOSCRIPT, the answer once the script is loaded and ``frame`` sent again."""
+        if not self._unloaded(answer, pair):
+            return answer
+        self._send(conn, _command(b"SCRIPT", b"LOAD", source))
+        return (self._send_pair if pair else self._send)(conn, frame)
+
+    def _exchange(self, frame: bytes, source: str | bytes, retry: bool, *, pair: bool) -> Any:
+        """Write ``frame`` on a connection of the lane; read one reply, or two (``pair``)."""
+        send = self._send_pair if pair else self._send
+        local = self._local
+        if getattr(local, "conn", None) is not None:
+            if retry:
+                return self._exchange_behind(frame, source, pair)
+            self.settle_owed()  # one that may not run twice is not written behind posts (see there)
+        conn, reused = self._opened()
+        try:
+            answer = send(conn, frame)
+        except self._timeout:
+            self._drop(conn)
+            raise
+        except self._errors:
+            self._drop(conn)
+            if not (retry and reused):
+                raise
+            conn = self._pool.get_connection(*self._pool_args)
+            try:
+                answer = send(conn, frame)
+            except BaseException:
+                self._drop(conn)
+                raise
+        except BaseException:
+            self._drop(conn)
+            raise
+        try:
+            answer = self._loaded(conn, answer, frame, source, pair=pair)
+        except BaseException:
+            self._drop(conn)
+            raise
+        self._give(conn)
+        return answer
+
+    def _exchange_behind(self, frame: bytes, source: str | bytes, pair: bool) -> Any:
+        """An exchange on the connection that owes this thread replies: written behind them, in one go.
+
+        The owed replies are read first (they come first), then this one; the owed
+        are settled once the connection is clean and back on the stack. A post that
+        met NOSCRIPT ran after this script did: the posts from there on run again,
+        then this script, so that it sees what they wrote. Hence only a script that
+        may run twice (``retry``) is written here; and, its connection broken, it is
+        sent again on another.
+        """
+        local = self._local
+        conn, owed, sock = local.conn, local.owed, local.sock
+        local.conn, local.owed, local.sock = None, [], None
+        if conn._sock is not sock:  # closed meanwhile: its replies are lost; this goes elsewhere
+            self._abandon(conn, owed, self._lost(conn))
+            return self._exchange(frame, source, True, pair=pair)
+        try:
+            self._write_behind(conn, frame, sock)
+            replies = self._read_owed(conn, sock, owed)
+        except BaseException as exc:  # the connection broke: this frame's fate is unknown too
+            self._abandon(conn, owed, exc)
+            if isinstance(exc, self._timeout) or not isinstance(exc, self._errors):
+                raise
+            try:
+                return self._exchange(frame, source, True, pair=pair)  # as on a dead reused connection
+            except BaseException as again:
+                _unsent(again, False)  # whatever stopped it this time, the first try may have landed
+                raise
+        try:
+            answer = self._read_pair(conn) if pair else conn._parser.read_response()
+            if self._rerun_unloaded(conn, owed, replies) and not self._unloaded(answer, pair):
+                answer = (self._send_pair if pair else self._send)(conn, frame)  # after them, this time
+            answer = self._loaded(conn, answer, frame, source, pair=pair)
+        except BaseException as exc:  # the owed replies in hand stand; a NOSCRIPT one never ran
+            self._drop(conn)
+            _settle_each(owed, [exc if isinstance(r, self._noscript) else r for r in replies])
+            raise
+        self._give(conn)
+        _settle_each(owed, replies)
+        return answer
+
+    def close(self) -> None:
+        """Settle what this thread owes, and hand the idle connections back to the pool."""
+        self.settle_owed()
+        idle, self._idle = self._idle, []
+        for conn in idle:
+            self._pool.release(conn)
+
+    # -- connections ---------------------------------------------------------------------
+
+    def _opened(self) -> tuple[Any, bool]:
+        """:meth:`_take`, connected: a failure here means nothing was sent (see :func:`sent`)."""
+        conn, reused = None, False
+        try:
+            conn, reused = self._take()
+            if not reused:
+                _protect_connection(conn)  # made before the store gave the pool its packer
+            if conn._sock is None:  # closed while idle (``pool.disconnect()``)
+                conn.connect()
+        except Exception as exc:
+            if conn is not None:
+                self._drop(conn)
+            _unsent(exc)
+            raise
+        return conn, reused
+
+    def _take(self) -> tuple[Any, bool]:
+        """An idle connection of the lane's (True), or one checked out of the pool (False)."""
+        try:
+            return self._idle.pop(), True
+        except IndexError:  # none idle (another thread may have taken the last one)
+            pass
+        return self._pool.get_connection(*self._pool_args), False
+
+    def _give(self, conn: Any) -> None:
+        if len(self._idle) < self._keep:
+            self._idle.append(conn)
+        else:
+            self._pool.release(conn)
+
+    def _drop(self, conn: Any) -> None:
+        """A connection whose reply may be half read: closed, and the pool's again."""
+        try:
+            conn.disconnect()
+        finally:
+            self._pool.release(conn)
+
+    def _write_behind(self, conn: Any, frame: bytes, sock: Any) -> None:
+        """``frame`` written behind the posts whose replies ``conn`` owes on ``sock``: there or
+        nowhere. A connection closed since has lost those replies; opened again, the next reply
+        on it would be taken for theirs."""
+        if conn._sock is not sock:
+            raise self._lost(conn)
+        self._write(conn, frame)
+
+    def _write(self, conn: Any, frame: bytes) -> None:
+        """``frame`` written on ``conn``, connected first if it is not (it owes nothing)."""
+        sock = conn._sock
+        if sock is None:
+            conn.connect()
+            sock = conn._sock
+        try:
+            sock.sendall(frame)
+        except self._timeout:
+            raise
+        except OSError as exc:
+            raise self._connection_error(f"Error writing to {conn.host}:{conn.port}: {exc}") from exc
+
+    def _send(self, conn: Any, frame: bytes) -> Any:
+        self._write(conn, frame)
+        return conn._parser.read_response()
+
+    def _send_pair(self, conn: Any, frame: bytes) -> tuple[Any, Any]:
+        """Two commands written at once; both replies read, so none is left on the socket."""
+        self._write(conn, frame)
+        return self._read_pair(conn)
+
+    def _read_pair(self, conn: Any) -> tuple[Any, Any]:
+        first = conn._parser.read_response()
+        return first, conn._parser.read_response()
+
+
+def _settle_all(owed: _Owed, outcome: Any) -> None:
+    _settle_each(owed, [outcome] * len(owed))
+
+
+def _settle_each(owed: _Owed, replies: list[Any]) -> None:
+    """Hand each posted script its reply. A settle that raises is logged: it must not fail the
+    exchange whose reply came with it, nor keep the others from theirs."""
+    for (settle, _, _), reply in zip(owed, replies, strict=True):
+        try:
+            settle(reply)
+        except Exception:
+            _log.exception("effectq: settling a posted script's reply failed")
+
+
+def lane_for(client: Any) -> Lane | None:
+    """A lane for a plain ``redis.Redis`` on a ``redis.ConnectionPool``, else None.
+
+    Subclasses, cluster clients, single-connection clients, blocking pools (whose
+    bound the lane's held connections would eat into) and client-side caching
+    (whose invalidations arrive on the connection) go through redis-py.
+    """
+    try:
+        import redis
+    except ImportError:  # pragma: no cover - a client without redis-py installed
+        return None
+    pool = getattr(client, "connection_pool", None)
+    if type(client) is not redis.Redis or getattr(client, "connection", None) is not None:
+        return None
+    if type(pool) is not redis.ConnectionPool or getattr(pool, "cache", None) is not None:
+        return None
+    base = getattr(redis.connection, "AbstractConnection", redis.connection.Connection)
+    if not (isinstance(pool.connection_class, type) and issubclass(pool.connection_class, base)):
+        return None
+    import inspect
+
+    parameter = inspect.signature(pool.get_connection).parameters.get("command_name")
+    needs_name = parameter is not None and parameter.default is inspect.Parameter.empty
+    return Lane(pool, ("EVALSHA",) if needs_name else ())
