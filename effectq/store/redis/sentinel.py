@@ -125,6 +125,16 @@ class SentinelLane(Lane):
 
         super().__init__(pool, pool_args, keep)
         self._readonly = redis.exceptions.ReadOnlyError
+        self._read_response = redis.connection.AbstractConnection.read_response
+
+    def _read(self, conn: Any) -> Any:
+        """One reply, read as by any redis-py connection: ``SentinelManagedConnection`` would turn
+        a ``READONLY`` reply into a ConnectionError of its own, which the lane does itself
+        (:meth:`_left_behind`), once it has read every reply the connection owes."""
+        try:
+            return self._read_response(conn)
+        except self._response_error as exc:
+            return exc
 
     def evalsha(
         self, sha: str, source: str | bytes, keys: Sequence[Any], args: Sequence[Any], *, retry: bool

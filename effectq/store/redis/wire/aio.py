@@ -31,67 +31,10 @@ from typing import Any
 from ..errors import mark_unsent as _unsent
 from .frames import command as _command
 from .frames import frame as frame_script
-from .redispy import writer_of
+from .redispy import async_settings, writer_of
 from .sync import _MAX_OWED, Lane, Settle, _Owed, _settle_all, _settle_each
 
 __all__ = ["AsyncLane", "async_lane_for", "settle_owed_async"]
-
-_AS_THEY_ARE = frozenset(
-    {
-        "host",
-        "port",
-        "db",
-        "path",
-        "username",
-        "password",
-        "credential_provider",
-        "socket_timeout",
-        "socket_connect_timeout",
-        "socket_keepalive",
-        "socket_keepalive_options",
-        "client_name",
-        "lib_name",
-        "lib_version",
-        "protocol",
-        "encoding",
-        "encoding_errors",
-        "decode_responses",
-        "ssl_keyfile",
-        "ssl_certfile",
-        "ssl_cert_reqs",
-        "ssl_ca_certs",
-        "ssl_ca_data",
-        "ssl_ca_path",
-        "ssl_check_hostname",
-        "ssl_min_version",
-        "ssl_ciphers",
-        "ssl_password",
-    }
-)
-"""Connection settings an asyncio connection takes as the client's pool holds them."""
-
-_LEFT_OUT = frozenset(
-    {
-        "retry",
-        "command_packer",
-        "retry_on_error",
-        "retry_on_timeout",
-        "health_check_interval",
-        "socket_read_size",
-        "driver_info",
-        "event_dispatcher",
-        "legacy_responses",
-        "himport_registry",
-        "maint_notifications_config",
-        "maint_notifications_pool_handler",
-        "orig_host_address",
-        "orig_socket_timeout",
-        "orig_socket_connect_timeout",
-    }
-)
-"""The sync client's own machinery (retries, health checks, maintenance hooks, a command packer:
-asyncio connections pack in Python): the lane does its own single retry of a dead idle
-connection and needs none of it."""
 
 _STACKS = "_effectq_idle_connections"
 """The loop attribute holding, per async lane, its idle connections on that loop."""
@@ -133,12 +76,9 @@ def async_lane_for(client: Any, lane: Lane | None) -> AsyncLane | None:
     }
     if kind not in classes:
         return None
-    settings: dict[str, Any] = {}
-    for name, value in pool.connection_kwargs.items():
-        if name in _AS_THEY_ARE:
-            settings[name] = value
-        elif name not in _LEFT_OUT and value is not None:
-            return None  # a setting the lane cannot carry over (a connect hook, a cache): keep the thread
+    settings = async_settings(pool.connection_kwargs)
+    if settings is None:
+        return None  # a setting the lane cannot carry over (a connect hook, a cache): keep the thread
     return AsyncLane(lane, classes[kind], settings)
 
 

@@ -34,6 +34,7 @@ from ..errors import mark_unsent as _unsent
 from .frames import command as _command
 from .frames import frame as frame_script
 from .redispy import protect_connection as _protect_connection
+from .redispy import socket_of
 
 __all__ = ["Lane", "lane_for", "settle_owed_replies"]
 
@@ -157,7 +158,7 @@ class Lane:
         frame = frame_script(sha, keys, args)
         local = self._local
         conn = getattr(local, "conn", None)
-        if conn is not None and (len(local.owed) >= _MAX_OWED or conn._sock is not local.sock):
+        if conn is not None and (len(local.owed) >= _MAX_OWED or socket_of(conn) is not local.sock):
             self.settle_owed()  # a connection closed meanwhile settles its owed posts as failed
             conn = None
         if conn is None:
@@ -180,7 +181,7 @@ class Lane:
                 return False
             raise
         owed.append((settle, frame, source))
-        local.conn, local.owed, local.sock = conn, owed, conn._sock
+        local.conn, local.owed, local.sock = conn, owed, socket_of(conn)
         lanes = getattr(_owing, "lanes", None)
         if lanes is None:
             _owing.lanes = [self]
@@ -210,9 +211,9 @@ class Lane:
     def _read_owed(self, conn: Any, sock: Any, owed: _Owed) -> list[Any]:
         """The replies ``conn`` owes, which only ``sock`` can bring: a connection closed since
         (``pool.disconnect()``, a client's ``close()``), or opened again, has lost them."""
-        if conn._sock is not sock:
+        if socket_of(conn) is not sock:
             raise self._lost(conn)
-        return [conn._parser.read_response() for _ in owed]
+        return [self._read(conn) for _ in owed]
 
     def _lost(self, conn: Any) -> Exception:
         """What a connection closed while it owed replies raises (and settles them with)."""
@@ -298,7 +299,7 @@ class Lane:
         local = self._local
         conn, owed, sock = local.conn, local.owed, local.sock
         local.conn, local.owed, local.sock = None, [], None
-        if conn._sock is not sock:  # closed meanwhile: its replies are lost; this goes elsewhere
+        if socket_of(conn) is not sock:  # closed meanwhile: its replies are lost; this goes elsewhere
             self._abandon(conn, owed, self._lost(conn))
             return self._exchange(frame, source, True, pair=pair)
         try:
@@ -314,7 +315,7 @@ class Lane:
                 _unsent(again, False)  # whatever stopped it this time, the first try may have landed
                 raise
         try:
-            answer = self._read_pair(conn) if pair else conn._parser.read_response()
+            answer = self._read_pair(conn) if pair else self._read(conn)
             if self._rerun_unloaded(conn, owed, replies) and not self._unloaded(answer, pair):
                 answer = (self._send_pair if pair else self._send)(conn, frame)  # after them, this time
             answer = self._loaded(conn, answer, frame, source, pair=pair)
@@ -342,8 +343,7 @@ class Lane:
             conn, reused = self._take()
             if not reused:
                 _protect_connection(conn)  # made before the store gave the pool its packer
-            if conn._sock is None:  # closed while idle (``pool.disconnect()``)
-                conn.connect()
+            conn.connect()  # if closed while idle (``pool.disconnect()``); else it returns at once
         except Exception as exc:
             if conn is not None:
                 self._drop(conn)
@@ -376,26 +376,26 @@ class Lane:
         """``frame`` written behind the posts whose replies ``conn`` owes on ``sock``: there or
         nowhere. A connection closed since has lost those replies; opened again, the next reply
         on it would be taken for theirs."""
-        if conn._sock is not sock:
+        if socket_of(conn) is not sock:
             raise self._lost(conn)
         self._write(conn, frame)
 
     def _write(self, conn: Any, frame: bytes) -> None:
-        """``frame`` written on ``conn``, connected first if it is not (it owes nothing)."""
-        sock = conn._sock
-        if sock is None:
-            conn.connect()
-            sock = conn._sock
+        """``frame`` written on ``conn``, connected first if it is not (only one that owes
+        nothing: see :meth:`_write_behind`). redis-py raises its ``ConnectionError`` or
+        ``TimeoutError``, the connection closed."""
+        conn.send_packed_command((frame,), check_health=False)
+
+    def _read(self, conn: Any) -> Any:
+        """One reply; an error reply is returned, not raised (the connection is as good as before)."""
         try:
-            sock.sendall(frame)
-        except self._timeout:
-            raise
-        except OSError as exc:
-            raise self._connection_error(f"Error writing to {conn.host}:{conn.port}: {exc}") from exc
+            return conn.read_response()
+        except self._response_error as exc:
+            return exc
 
     def _send(self, conn: Any, frame: bytes) -> Any:
         self._write(conn, frame)
-        return conn._parser.read_response()
+        return self._read(conn)
 
     def _send_pair(self, conn: Any, frame: bytes) -> tuple[Any, Any]:
         """Two commands written at once; both replies read, so none is left on the socket."""
@@ -403,8 +403,8 @@ class Lane:
         return self._read_pair(conn)
 
     def _read_pair(self, conn: Any) -> tuple[Any, Any]:
-        first = conn._parser.read_response()
-        return first, conn._parser.read_response()
+        first = self._read(conn)
+        return first, self._read(conn)
 
 
 def _settle_all(owed: _Owed, outcome: Any) -> None:
