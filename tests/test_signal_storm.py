@@ -209,3 +209,82 @@ def test_the_clients_a_store_uses_pack_commands_without_hiredis_calling_python(
         built.client.close()
         store.close()
         given.close()
+
+
+POOL_STORM = """
+import random, signal, sys, time
+
+import redis
+
+import effectq
+from effectq.store.base import ClaimRequest, ResultState
+from effectq.store.redis.wire.sync import settle_owed_replies
+from billiard.exceptions import SoftTimeLimitExceeded as Interrupted  # a worker's time limit
+from effectq.errors import StoreError  # looked up here: a limit may land in a lookup
+
+
+url, namespace, seed, landed_at_least, deadline = sys.argv[1:6]
+client = redis.Redis.from_url(url, max_connections=8)
+store = effectq.RedisStore(client, namespace=namespace)
+rng = random.Random(int(seed))
+armed = [False]
+
+
+def interrupt(signum, frame):
+    if armed[0]:
+        raise Interrupted
+
+
+def calls(n):
+    key = f"storm-{n % 40}"
+    claim = store.claim(key, ClaimRequest(lease_ms=60_000, owner=f"h:1:{n}", name="storm", run_id="r"))
+    store.get(key)
+    if claim.token:
+        store.complete_soon(key, claim.token, lambda outcome: None, result=b"x",
+                            result_state=ResultState.STORED, retention_ms=60_000)
+    settle_owed_replies()
+
+
+calls(0)  # the lane's connection checked out before the storm (see the docstring)
+signal.signal(signal.SIGALRM, interrupt)
+n = landed = 0
+give_up = time.monotonic() + float(deadline)
+while landed < int(landed_at_least) and time.monotonic() < give_up:
+    try:
+        armed[0] = True
+        signal.setitimer(signal.ITIMER_REAL, rng.uniform(10e-6, 400e-6))
+        while time.monotonic() < give_up:
+            n += 1
+            calls(n)
+            if not signal.getitimer(signal.ITIMER_REAL)[0]:  # fired, and swallowed by redis-py 8's
+                signal.setitimer(signal.ITIMER_REAL, rng.uniform(10e-6, 400e-6))  # metrics hooks
+    except Interrupted:
+        armed[0] = False
+        landed += 1
+    except StoreError as exc:
+        armed[0] = False
+        if not isinstance(exc.__cause__, Interrupted):
+            raise  # the pool ran out of connections (MaxConnectionsError): some leaked
+        landed += 1
+armed[0] = False
+signal.setitimer(signal.ITIMER_REAL, 0)
+for i in range(20):  # the store still works, on the pool's eight connections at most
+    calls(i)
+print(n, landed, flush=True)
+"""
+
+
+@pytest.mark.slow
+def test_a_storm_of_interrupts_leaks_no_connection(redis_url: str, namespace: str) -> None:
+    """Store calls (claims, reads, pipelined completions and their replies) on a client whose pool
+    holds eight connections, under a storm of time limits raised from a SIGALRM handler: however
+    they land, no connection is lost to the pool: calls never run out of connections. The first
+    call checks out the connection the lane keeps: redis-py's own checkout can lose one to an
+    exception raised inside it."""
+    seed = random.randrange(2**32)
+    program = textwrap.dedent(POOL_STORM)
+    command = [sys.executable, "-c", program, redis_url, namespace, str(seed), "2000", "60"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120, env={**os.environ})
+    assert done.returncode == 0, f"seed {seed}: {done.stderr[-3000:]}"
+    calls, landed = (int(n) for n in done.stdout.split())
+    assert landed == 2000, f"seed {seed}: only {landed} exceptions landed in {calls} calls"

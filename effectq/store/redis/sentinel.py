@@ -34,7 +34,7 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 
 from ...errors import ConfigurationError
 from .cluster import host_port
-from .wire.sync import Lane
+from .wire.sync import _BROKEN, _IDLE, Lane
 
 __all__ = ["SentinelLane", "is_sentinel_url", "sentinel_from_url", "sentinel_lane_for", "split_sentinel_url"]
 
@@ -120,10 +120,10 @@ class SentinelLane(Lane):
     other address than the primary the pool last found is closed when taken.
     """
 
-    def __init__(self, pool: Any, pool_args: tuple[str, ...] = (), keep: int = 16) -> None:
+    def __init__(self, pool: Any, pool_args: tuple[str, ...] = ()) -> None:
         import redis
 
-        super().__init__(pool, pool_args, keep)
+        super().__init__(pool, pool_args)
         self._readonly = redis.exceptions.ReadOnlyError
         self._read_response = redis.connection.AbstractConnection.read_response
 
@@ -171,18 +171,16 @@ class SentinelLane(Lane):
 
     def _left_behind(self, exc: Exception) -> Exception:
         """The ConnectionError a reply from a replica means, every idle connection closed."""
-        idle, self._idle = self._idle, []
-        for conn in idle:
-            self._drop(conn)
+        self._broken += self._idle  # closed when next taken: it then asks the sentinels again
+        self._idle = ()
         service = getattr(self._pool, "service_name", "?")
         return self._connection_error(f"the primary of {service!r} is now a replica: {exc}")
 
-    def _take(self) -> tuple[Any, bool]:
-        while True:
-            conn, reused = super()._take()
-            if not reused or (conn.host, conn.port) == self._pool.master_address:
-                return conn, reused
-            self._drop(conn)  # made before the pool last asked the sentinels: another server's
+    def _take(self) -> tuple[Any, object]:
+        conn, kind = super()._take()
+        if kind is _IDLE and (conn.host, conn.port) != self._pool.master_address:
+            return conn, _BROKEN  # made before the pool last asked the sentinels: another server's
+        return conn, kind
 
 
 def sentinel_lane_for(client: Any) -> SentinelLane | None:

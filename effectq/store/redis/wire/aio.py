@@ -32,7 +32,7 @@ from ..errors import mark_unsent as _unsent
 from .frames import command as _command
 from .frames import frame as frame_script
 from .redispy import async_settings, writer_of
-from .sync import _MAX_OWED, Lane, Settle, _Owed, _settle_all, _settle_each
+from .sync import _MAX_OWED, Lane, Settle, _ordinary, _Owed, _settle_all, _settle_each
 
 __all__ = ["AsyncLane", "async_lane_for", "settle_owed_async"]
 
@@ -185,14 +185,18 @@ class AsyncLane:
         if writer is None or writer.transport.is_closing():
             return False  # the usual way finds out what is wrong with it
         frame = frame_script(sha, keys, args)
+        if held is None:
+            del idle[-1]  # off the stack before a byte is written (no call: nothing lands between)
         try:
             writer.write(frame)
-        except Exception:  # nothing written: the usual way finds out what is wrong
-            return False
+        except BaseException as exc:
+            writer.transport.abort()  # a frame maybe cut short must reach no other script
+            if _ordinary(exc):
+                return False  # the usual way finds out what is wrong
+            raise  # a time limit is the task's; a connection held is found closed when next read
+        owed += ((settle, frame, source),)  # no call: the reply is owed before anyone can read it
         if held is None:
-            idle.pop()
             owing.setdefault(task, {})[self] = (conn, owed)
-        owed.append((settle, frame, source))
         return True
 
     async def _exchange_behind(self, owing: _Owing, frame: bytes, source: str | bytes) -> Any:
@@ -242,9 +246,9 @@ class AsyncLane:
             await self._rerun_unloaded(conn, owed, replies)
         except BaseException as exc:
             _abandon(conn, owed, exc)
-            if isinstance(exc, Exception):
+            if _ordinary(exc):
                 return
-            raise
+            raise  # a time limit too, once every reply owed is settled
         await self._give(conn)
         _settle_each(owed, replies)
 

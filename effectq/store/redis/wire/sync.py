@@ -30,6 +30,7 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ....options import is_time_limit
 from ..errors import mark_unsent as _unsent
 from .frames import command as _command
 from .frames import frame as frame_script
@@ -50,6 +51,9 @@ Settle = Callable[[Any], None]
 _Owed = list[tuple[Settle, bytes, str | bytes]]
 """Posted scripts whose replies a connection owes: (settle, frame, script source) each."""
 
+_IDLE, _BROKEN, _NEW = object(), object(), object()
+"""Where :meth:`Lane._take` found a connection: the idle stack, the broken one, the pool."""
+
 _MAX_OWED = 64
 """Posted replies a connection may owe before the next post reads them first."""
 
@@ -58,7 +62,7 @@ def _forget_all() -> None:  # a forked child must not write on, or read from, it
     global _lanes_lock, _owing
     _lanes_lock = threading.Lock()  # another thread of the parent may have held it: it is gone
     for lane in list(_lanes):
-        lane._idle = []
+        lane._idle = lane._broken = ()
         lane._local = threading.local()
     _owing = threading.local()
 
@@ -81,16 +85,15 @@ class Lane:
     Args:
         pool: the client's ``redis.ConnectionPool``.
         pool_args: what this redis-py's ``get_connection`` needs (old ones want a command name).
-        keep: how many idle connections the lane holds on to; more go back to the pool.
     """
 
-    def __init__(self, pool: Any, pool_args: tuple[str, ...] = (), keep: int = 16) -> None:
+    def __init__(self, pool: Any, pool_args: tuple[str, ...] = ()) -> None:
         import redis
 
         self._pool = pool
         self._pool_args = pool_args
-        self._keep = keep
-        self._idle: list[Any] = []
+        self._idle: tuple[Any, ...] = ()
+        self._broken: tuple[Any, ...] = ()
         self._errors = (redis.ConnectionError, OSError)
         self._timeout = (redis.TimeoutError, TimeoutError)
         self._response_error = redis.ResponseError
@@ -154,43 +157,48 @@ class Lane:
         Returns False, having settled nothing, when the script could not be written
         (no connection could be had, or the write failed: the caller runs it the
         usual way; whatever was owed on that connection is settled with the error).
+        A time limit that lands here is raised, once those are settled.
         """
         frame = frame_script(sha, keys, args)
-        local = self._local
-        conn = getattr(local, "conn", None)
-        if conn is not None and (len(local.owed) >= _MAX_OWED or socket_of(conn) is not local.sock):
-            self.settle_owed()  # a connection closed meanwhile settles its owed posts as failed
-            conn = None
-        if conn is None:
-            try:
-                conn = self._take()[0]
-            except Exception:  # the pool could not make one (maxclients, Redis down): nothing written
-                return False
-            owed, sock = [], None
-        else:
-            owed, sock = local.owed, local.sock
-        local.conn, local.owed, local.sock = None, [], None  # until the write went out
-        try:
-            if owed:
-                self._write_behind(conn, frame, sock)
-            else:
-                self._write(conn, frame)
-        except BaseException as exc:
-            self._abandon(conn, owed, exc)
-            if isinstance(exc, Exception):
-                return False
-            raise
-        owed.append((settle, frame, source))
-        local.conn, local.owed, local.sock = conn, owed, socket_of(conn)
-        lanes = getattr(_owing, "lanes", None)
+        lanes = getattr(_owing, "lanes", None)  # first: the run's end must find this lane
         if lanes is None:
             _owing.lanes = [self]
         elif self not in lanes:
             lanes.append(self)
+        local = self._local
+        held = getattr(local, "conn", None)
+        if held is not None and (len(local.owed) >= _MAX_OWED or socket_of(held) is not local.sock):
+            self.settle_owed()  # a connection closed meanwhile settles its owed posts as failed
+            held = None
+        conn = None
+        owed: _Owed = []
+        try:
+            if held is None:
+                conn, kind = self._take()
+                self._ready(conn, kind)
+                self._write(conn, frame)
+            else:  # taken from the thread's hands before anything can fail
+                conn, owed, sock = held, local.owed, local.sock
+                local.conn, local.owed, local.sock = None, [], None
+                self._write_behind(conn, frame, sock)
+            sock = socket_of(conn)
+        except BaseException as exc:
+            if conn is not None:
+                try:
+                    conn.disconnect()
+                finally:
+                    self._broken += (conn,)
+            _settle_all(owed, exc)
+            if _ordinary(exc):
+                return False
+            raise
+        owed += ((settle, frame, source),)  # no call from here on: nothing can land in between
+        local.conn, local.owed, local.sock = conn, owed, sock
         return True
 
     def settle_owed(self) -> None:
-        """Read the replies this thread owes on the lane and settle them; the connection is free again."""
+        """Read the replies this thread owes on the lane and settle them; the connection is free
+        again. A failure settles them with the error; a time limit is raised once they are."""
         local = self._local
         conn = getattr(local, "conn", None)
         if conn is None:
@@ -201,11 +209,15 @@ class Lane:
             replies = self._read_owed(conn, sock, owed)
             self._rerun_unloaded(conn, owed, replies)
         except BaseException as exc:
-            self._abandon(conn, owed, exc)
-            if isinstance(exc, Exception):
+            try:
+                conn.disconnect()
+            finally:
+                self._broken += (conn,)
+            _settle_all(owed, exc)
+            if _ordinary(exc):
                 return
             raise
-        self._give(conn)
+        self._idle += (conn,)
         _settle_each(owed, replies)
 
     def _read_owed(self, conn: Any, sock: Any, owed: _Owed) -> list[Any]:
@@ -220,11 +232,6 @@ class Lane:
         return self._connection_error(
             f"the connection to {conn.host}:{conn.port} was closed while it owed replies"
         )
-
-    def _abandon(self, conn: Any, owed: _Owed, exc: BaseException) -> None:
-        """A connection that failed owing replies: dropped, and each owed post settled with ``exc``."""
-        self._drop(conn)
-        _settle_all(owed, exc)
 
     def _rerun_unloaded(self, conn: Any, owed: _Owed, replies: list[Any]) -> bool:
         """Posts that met NOSCRIPT (a flushed script cache, a Redis restart): the script loaded, and
@@ -252,38 +259,40 @@ class Lane:
         return (self._send_pair if pair else self._send)(conn, frame)
 
     def _exchange(self, frame: bytes, source: str | bytes, retry: bool, *, pair: bool) -> Any:
-        """Write ``frame`` on a connection of the lane; read one reply, or two (``pair``)."""
+        """Write ``frame`` on a connection of the lane; read one reply, or two (``pair``).
+
+        The connection is taken inside the ``try``: whatever stops the exchange, a
+        signal's exception included, it is closed and kept (opened again when next
+        taken), never lost to the pool nor handed out with a reply half read.
+        """
         send = self._send_pair if pair else self._send
         local = self._local
         if getattr(local, "conn", None) is not None:
             if retry:
                 return self._exchange_behind(frame, source, pair)
             self.settle_owed()  # one that may not run twice is not written behind posts (see there)
-        conn, reused = self._opened()
+        conn = None
         try:
-            answer = send(conn, frame)
-        except self._timeout:
-            self._drop(conn)
-            raise
-        except self._errors:
-            self._drop(conn)
-            if not (retry and reused):
-                raise
-            conn = self._pool.get_connection(*self._pool_args)
+            conn, kind = self._take()
+            self._ready(conn, kind)
             try:
                 answer = send(conn, frame)
-            except BaseException:
-                self._drop(conn)
+            except self._timeout:
                 raise
-        except BaseException:
-            self._drop(conn)
-            raise
-        try:
+            except self._errors:
+                if not (retry and kind is _IDLE):
+                    raise
+                conn.disconnect()  # dead while idle (a Redis restart closed it): opened again, once
+                answer = send(conn, frame)
             answer = self._loaded(conn, answer, frame, source, pair=pair)
         except BaseException:
-            self._drop(conn)
+            if conn is not None:
+                try:
+                    conn.disconnect()
+                finally:
+                    self._broken += (conn,)
             raise
-        self._give(conn)
+        self._idle += (conn,)
         return answer
 
     def _exchange_behind(self, frame: bytes, source: str | bytes, pair: bool) -> Any:
@@ -299,17 +308,24 @@ class Lane:
         local = self._local
         conn, owed, sock = local.conn, local.owed, local.sock
         local.conn, local.owed, local.sock = None, [], None
-        if socket_of(conn) is not sock:  # closed meanwhile: its replies are lost; this goes elsewhere
-            self._abandon(conn, owed, self._lost(conn))
-            return self._exchange(frame, source, True, pair=pair)
+        written = False
         try:
-            self._write_behind(conn, frame, sock)
+            if socket_of(conn) is not sock:  # closed meanwhile: its replies are lost
+                raise self._lost(conn)
+            written = True
+            self._write(conn, frame)
             replies = self._read_owed(conn, sock, owed)
-        except BaseException as exc:  # the connection broke: this frame's fate is unknown too
-            self._abandon(conn, owed, exc)
+        except BaseException as exc:
+            try:
+                conn.disconnect()
+            finally:
+                self._broken += (conn,)
+            _settle_all(owed, exc)
+            if not written and isinstance(exc, self._connection_error):
+                return self._exchange(frame, source, True, pair=pair)  # nothing of it was written
             if isinstance(exc, self._timeout) or not isinstance(exc, self._errors):
                 raise
-            try:
+            try:  # the connection broke: this frame's fate is unknown too
                 return self._exchange(frame, source, True, pair=pair)  # as on a dead reused connection
             except BaseException as again:
                 _unsent(again, False)  # whatever stopped it this time, the first try may have landed
@@ -320,57 +336,62 @@ class Lane:
                 answer = (self._send_pair if pair else self._send)(conn, frame)  # after them, this time
             answer = self._loaded(conn, answer, frame, source, pair=pair)
         except BaseException as exc:  # the owed replies in hand stand; a NOSCRIPT one never ran
-            self._drop(conn)
+            try:
+                conn.disconnect()
+            finally:
+                self._broken += (conn,)
             _settle_each(owed, [exc if isinstance(r, self._noscript) else r for r in replies])
             raise
-        self._give(conn)
+        self._idle += (conn,)
         _settle_each(owed, replies)
         return answer
 
     def close(self) -> None:
-        """Settle what this thread owes, and hand the idle connections back to the pool."""
+        """Settle what this thread owes, and hand the lane's connections back to the pool."""
         self.settle_owed()
-        idle, self._idle = self._idle, []
-        for conn in idle:
+        idle, self._idle = self._idle, ()
+        broken, self._broken = self._broken, ()
+        for conn in broken:
+            conn.disconnect()
+        for conn in (*idle, *broken):
             self._pool.release(conn)
 
     # -- connections ---------------------------------------------------------------------
+    #
+    # A connection is the lane's from the moment it is taken until it is handed back: on
+    # ``_idle`` when clean, on ``_broken`` when a failure may have left a reply on it (closed,
+    # and closed again when taken, in case a signal cut the first close short). Both are
+    # tuples, added to and taken from without a call in between: no signal's exception can
+    # land there and lose a connection, and no other thread can see it half taken.
 
-    def _opened(self) -> tuple[Any, bool]:
-        """:meth:`_take`, connected: a failure here means nothing was sent (see :func:`sent`)."""
-        conn, reused = None, False
+    def _take(self) -> tuple[Any, object]:
+        """A connection and where it came from: ``_IDLE``, ``_BROKEN``, or the pool (``_NEW``)."""
+        idle = self._idle
+        if idle:
+            self._idle = idle[:-1]
+            return idle[-1], _IDLE
+        broken = self._broken
+        if broken:
+            self._broken = broken[:-1]
+            return broken[-1], _BROKEN
         try:
-            conn, reused = self._take()
-            if not reused:
-                _protect_connection(conn)  # made before the store gave the pool its packer
-            conn.connect()  # if closed while idle (``pool.disconnect()``); else it returns at once
-        except Exception as exc:
-            if conn is not None:
-                self._drop(conn)
+            conn = self._pool.get_connection(*self._pool_args)
+        except Exception as exc:  # nothing was sent
             _unsent(exc)
             raise
-        return conn, reused
+        _protect_connection(conn)  # made before the store gave the pool its packer
+        return conn, _NEW
 
-    def _take(self) -> tuple[Any, bool]:
-        """An idle connection of the lane's (True), or one checked out of the pool (False)."""
+    def _ready(self, conn: Any, kind: object) -> None:
+        """``conn`` connected (a broken one closed first): a failure here means nothing was sent
+        (see :func:`~effectq.store.redis.errors.sent`)."""
         try:
-            return self._idle.pop(), True
-        except IndexError:  # none idle (another thread may have taken the last one)
-            pass
-        return self._pool.get_connection(*self._pool_args), False
-
-    def _give(self, conn: Any) -> None:
-        if len(self._idle) < self._keep:
-            self._idle.append(conn)
-        else:
-            self._pool.release(conn)
-
-    def _drop(self, conn: Any) -> None:
-        """A connection whose reply may be half read: closed, and the pool's again."""
-        try:
-            conn.disconnect()
-        finally:
-            self._pool.release(conn)
+            if kind is _BROKEN:
+                conn.disconnect()
+            conn.connect()  # if closed while idle (``pool.disconnect()``); else it returns at once
+        except Exception as exc:
+            _unsent(exc)
+            raise
 
     def _write_behind(self, conn: Any, frame: bytes, sock: Any) -> None:
         """``frame`` written behind the posts whose replies ``conn`` owes on ``sock``: there or
@@ -407,18 +428,31 @@ class Lane:
         return first, self._read(conn)
 
 
+def _ordinary(exc: BaseException) -> bool:
+    """Whether ``exc`` is a failure the wire reports in what it returns, once what was pending is
+    settled with it; else (a time limit, a ``BaseException``) it is the caller's, raised."""
+    return isinstance(exc, Exception) and not is_time_limit(exc)
+
+
 def _settle_all(owed: _Owed, outcome: Any) -> None:
     _settle_each(owed, [outcome] * len(owed))
 
 
 def _settle_each(owed: _Owed, replies: list[Any]) -> None:
     """Hand each posted script its reply. A settle that raises is logged: it must not fail the
-    exchange whose reply came with it, nor keep the others from theirs."""
+    exchange whose reply came with it, nor keep the others from theirs. A time limit raised in
+    one is the task's: raised once every other got its reply."""
+    limit: BaseException | None = None
     for (settle, _, _), reply in zip(owed, replies, strict=True):
         try:
             settle(reply)
-        except Exception:
-            _log.exception("effectq: settling a posted script's reply failed")
+        except Exception as exc:
+            if is_time_limit(exc):
+                limit = limit or exc
+            else:
+                _log.exception("effectq: settling a posted script's reply failed")
+    if limit is not None:
+        raise limit
 
 
 def lane_for(client: Any) -> Lane | None:
