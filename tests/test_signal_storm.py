@@ -24,6 +24,7 @@ import redis
 
 import effectq
 from effectq.store.redis.wire.frames import SignalSafePacker, _pack_command
+from effectq.store.redis.wire.sync import _pool_args
 
 pytestmark = pytest.mark.skipif(not hasattr(signal, "setitimer"), reason="needs signal.setitimer")
 
@@ -170,7 +171,11 @@ def test_the_packer_redis_py_is_given_sends_the_bytes_hiredis_would() -> None:
         ("MSET", bytearray(b"b"), memoryview(b"m"), "\u00e9t\u00e9", -(2**70), 1e300),
     ]
     for command in commands:
-        assert SignalSafePacker().pack(*command) == hiredis_packer().pack(*command), command
+        try:
+            expected = hiredis_packer().pack(*command)
+        except redis.DataError:  # redis-py 5.0 refuses bytearray and memoryview; the packer takes them
+            continue
+        assert SignalSafePacker().pack(*command) == expected, command
     for bad in [("SET", "k", True), ("SET", "k", None), ("SET", "k", object())]:
         with pytest.raises(redis.DataError):
             SignalSafePacker().pack(*bad)
@@ -195,7 +200,7 @@ def test_the_clients_a_store_uses_pack_commands_without_hiredis_calling_python(
     try:
         for client in (built.client, given, embedded.client):
             assert isinstance(client.connection_pool.connection_kwargs["command_packer"], SignalSafePacker)
-            conn = client.connection_pool.get_connection()
+            conn = client.connection_pool.get_connection(*_pool_args(client.connection_pool))
             try:
                 assert isinstance(conn._command_packer, SignalSafePacker)
             finally:

@@ -27,7 +27,6 @@ replies itself, so :class:`SentinelLane` does the same for it.
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Sequence
 from typing import Any
 from urllib.parse import unquote, urlsplit, urlunsplit
@@ -120,7 +119,7 @@ class SentinelLane(Lane):
     other address than the primary the pool last found is closed when taken.
     """
 
-    def __init__(self, pool: Any, pool_args: tuple[str, ...] = ()) -> None:
+    def __init__(self, pool: Any, pool_args: tuple[str, ...] | None = None) -> None:
         import redis
 
         super().__init__(pool, pool_args)
@@ -201,6 +200,4 @@ def sentinel_lane_for(client: Any) -> SentinelLane | None:
     kind = pool.connection_class
     if not (isinstance(kind, type) and issubclass(kind, SentinelManagedConnection)):
         return None
-    parameter = inspect.signature(pool.get_connection).parameters.get("command_name")
-    needs_name = parameter is not None and parameter.default is inspect.Parameter.empty
-    return SentinelLane(pool, ("EVALSHA",) if needs_name else ())
+    return SentinelLane(pool)

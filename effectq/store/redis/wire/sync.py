@@ -84,14 +84,15 @@ class Lane:
 
     Args:
         pool: the client's ``redis.ConnectionPool``.
-        pool_args: what this redis-py's ``get_connection`` needs (old ones want a command name).
+        pool_args: what this redis-py's ``get_connection`` needs (old ones want a command name);
+            found out by default.
     """
 
-    def __init__(self, pool: Any, pool_args: tuple[str, ...] = ()) -> None:
+    def __init__(self, pool: Any, pool_args: tuple[str, ...] | None = None) -> None:
         import redis
 
         self._pool = pool
-        self._pool_args = pool_args
+        self._pool_args = _pool_args(pool) if pool_args is None else pool_args
         self._idle: tuple[Any, ...] = ()
         self._broken: tuple[Any, ...] = ()
         self._errors = (redis.ConnectionError, OSError)
@@ -474,8 +475,13 @@ def lane_for(client: Any) -> Lane | None:
     base = getattr(redis.connection, "AbstractConnection", redis.connection.Connection)
     if not (isinstance(pool.connection_class, type) and issubclass(pool.connection_class, base)):
         return None
+    return Lane(pool)
+
+
+def _pool_args(pool: Any) -> tuple[str, ...]:
+    """What ``pool.get_connection`` needs: redis-py 5 wants a command name, later ones nothing."""
     import inspect
 
     parameter = inspect.signature(pool.get_connection).parameters.get("command_name")
     needs_name = parameter is not None and parameter.default is inspect.Parameter.empty
-    return Lane(pool, ("EVALSHA",) if needs_name else ())
+    return ("EVALSHA",) if needs_name else ()
