@@ -234,8 +234,8 @@ def test_a_script_sent_after_posts_sees_what_they_wrote_after_a_flush(
         redis_client.script_flush()
         peek_sha = redis_client.script_load(peek)
         bump_sha = redis_client.register_script(bump).sha  # not loaded: the posts meet NOSCRIPT
-        assert lane.post(bump_sha, bump, [counter], [], settled.append)
-        assert lane.post(bump_sha, bump, [counter], [], settled.append)
+        assert lane.send_pipelined(bump_sha, bump, [counter], [], settled.append)
+        assert lane.send_pipelined(bump_sha, bump, [counter], [], settled.append)
         assert lane.evalsha(peek_sha, peek, [counter], [], retry=retry) == b"2"
         assert settled == [1, 2]
     finally:

@@ -223,7 +223,7 @@ import redis
 
 import effectq
 from effectq.store.base import ClaimRequest, ResultState
-from effectq.store.redis.wire.sync import settle_owed_replies
+from effectq.store.redis.wire.sync import flush_pending
 from billiard.exceptions import SoftTimeLimitExceeded as Interrupted  # a worker's time limit
 from effectq.errors import StoreError  # looked up here: a limit may land in a lookup
 
@@ -247,7 +247,7 @@ def calls(n):
     if claim.token:
         store.complete_soon(key, claim.token, lambda outcome: None, result=b"x",
                             result_state=ResultState.STORED, retention_ms=60_000)
-    settle_owed_replies()
+    flush_pending()
 
 
 calls(0)  # the lane's connection checked out before the storm (see the docstring)

@@ -2,7 +2,8 @@
 
 from .redis.wire.frames import SignalSafePacker
 from .redis.wire.redispy import protect_pool, protected_pool_class
-from .redis.wire.sync import Lane, lane_for, settle_owed_replies
+from .redis.wire.sync import Lane, lane_for
+from .redis.wire.sync import flush_pending as settle_owed_replies
 
 __all__ = [
     "Lane",

@@ -103,12 +103,12 @@ class RedisOperations:
         return datetime.fromtimestamp(seconds + micros / 1e6, UTC)
 
     def _per_bucket(self: _Host, queue: Callable[[Any, str, str], None]) -> list[list[Any]]:
-        """Queue ``queue(pipe, open_key, doubt_key)`` for every bucket; one pipeline, results per bucket."""
+        """Queue ``queue(pipe, open_key, unknown_key)`` for every bucket; one pipeline, results per bucket."""
         pipe = self.client.pipeline(transaction=False)
         sizes = []
-        for open_key, doubt_key in self.bucket_keys():
+        for open_key, unknown_key in self.bucket_keys():
             before = len(pipe)
-            queue(pipe, open_key, doubt_key)
+            queue(pipe, open_key, unknown_key)
             sizes.append(len(pipe) - before)
         try:
             replies = pipe.execute()
@@ -179,8 +179,8 @@ class RedisOperations:
         now_ms = _ms(now)
         stop = -1 if limit is None else max(limit, 1) - 1
 
-        def queue(pipe: Any, open_key: str, doubt_key: str) -> None:
-            pipe.zrange(doubt_key, 0, stop, withscores=True)
+        def queue(pipe: Any, open_key: str, unknown_key: str) -> None:
+            pipe.zrange(unknown_key, 0, stop, withscores=True)
             pipe.zrangebyscore(open_key, "-inf", now_ms, withscores=True)
 
         candidates = sorted(
@@ -203,7 +203,7 @@ class RedisOperations:
         now_ms = _ms(now)
         window = {} if limit is None else {"start": 0, "num": max(limit, 1)}
 
-        def queue(pipe: Any, open_key: str, doubt_key: str) -> None:
+        def queue(pipe: Any, open_key: str, unknown_key: str) -> None:
             pipe.zrangebyscore(open_key, f"({now_ms}", "+inf", withscores=True, **window)
 
         candidates = sorted(
@@ -228,9 +228,9 @@ class RedisOperations:
     def summary(self: _Host) -> Summary:
         now_ms = _ms(self.clock())
 
-        def queue(pipe: Any, open_key: str, doubt_key: str) -> None:
-            pipe.zcard(doubt_key)
-            pipe.zrange(doubt_key, 0, 0, withscores=True)
+        def queue(pipe: Any, open_key: str, unknown_key: str) -> None:
+            pipe.zcard(unknown_key)
+            pipe.zrange(unknown_key, 0, 0, withscores=True)
             pipe.zrangebyscore(open_key, "-inf", now_ms, withscores=True)
             pipe.zcount(open_key, f"({now_ms}", "+inf")
 
@@ -271,9 +271,9 @@ class RedisOperations:
         return False
 
     def prune_indexes(self: _Host) -> int:
-        def queue(pipe: Any, open_key: str, doubt_key: str) -> None:
+        def queue(pipe: Any, open_key: str, unknown_key: str) -> None:
             pipe.zrange(open_key, 0, -1)
-            pipe.zrange(doubt_key, 0, -1)
+            pipe.zrange(unknown_key, 0, -1)
 
         names = sorted({_text(m) for lists in self._per_bucket(queue) for members in lists for m in members})
         pipe = self.client.pipeline(transaction=False)

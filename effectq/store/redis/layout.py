@@ -51,7 +51,7 @@ class KeyLayout:
         return self._layout_of(key).keys[0]
 
     def _keys(self, key: str) -> list[str]:
-        """[record, open index, doubt index] of a key."""
+        """[record, open index, unknown index] of a key."""
         return self._layout_of(key).keys[:3]
 
     def _layout_of(self, key: str) -> Layout:
@@ -74,14 +74,14 @@ class KeyLayout:
                 keys = [f"{tag}:{digest}", f"{tag}:open", f"{tag}:doubt"]
                 layout = Layout(keys, None, raw[:16])
             else:
-                run_index, tag, open_key, doubt_key = self._run_bucket(parts[0])
-                keys = [f"{tag}:{digest}", open_key, doubt_key]
+                run_index, tag, open_key, unknown_key = self._run_bucket(parts[0])
+                keys = [f"{tag}:{digest}", open_key, unknown_key]
                 layout = Layout(keys, run_index, raw[:16])
             self._layouts[key] = layout
         return layout
 
     def _run_bucket(self, run_id: str) -> tuple[str, str, str, str]:
-        """(the run's index, its bucket's tag, open index and doubt index); remembered per run."""
+        """(the run's index, its bucket's tag, open index and unknown index); remembered per run."""
         found = self._runs.get(run_id)
         if found is None:
             if len(self._runs) >= 1024:
@@ -98,7 +98,7 @@ class KeyLayout:
         return self._namespace_channel
 
     def bucket_keys(self) -> Iterator[tuple[str, str]]:
-        """Every (open index, doubt index) pair of this namespace, one per bucket."""
+        """Every (open index, unknown index) pair of this namespace, one per bucket."""
         for b in range(256):
             tag = self._tag(f"{b:02x}")
             yield f"{tag}:open", f"{tag}:doubt"

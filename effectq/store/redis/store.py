@@ -306,12 +306,12 @@ class RedisStore(KeyLayout, RedisOperations):
     ) -> bool:
         """:meth:`complete_soon` on the async lane, from a task in an event loop: the reply is
         read by the task's next script on this store or at its run's end
-        (:func:`~effectq.store.redis.wire.aio.settle_owed_async`)."""
+        (:func:`~effectq.store.redis.wire.aio.flush_pending`)."""
         lane = self._async_lane
         if lane is None:
             return False
         keys, args = self._complete_args(key, token, result, result_state, retention_ms)
-        return lane.post(
+        return lane.send_pipelined(
             self._scripts["complete"].sha, self._sources["complete"], keys, args, self._settled(key, settle)
         )
 
@@ -387,7 +387,7 @@ class RedisStore(KeyLayout, RedisOperations):
         """:meth:`complete`, written now; ``settle`` gets its outcome when the reply is read.
 
         The reply is read by this thread's next script on this store, which rides
-        behind it on the same connection, or by :func:`~effectq.store.redis.wire.sync.settle_owed_replies`
+        behind it on the same connection, or by :func:`~effectq.store.redis.wire.sync.flush_pending`
         (a run's end): the completion lands as soon as Redis reads it, the caller
         just does not wait for the answer. ``settle`` gets what :meth:`complete`
         would return, or the :class:`~effectq.errors.StoreError` it would raise.
@@ -398,7 +398,7 @@ class RedisStore(KeyLayout, RedisOperations):
         if lane is None or self._wait_replicas:
             return False
         keys, args = self._complete_args(key, token, result, result_state, retention_ms)
-        return lane.post(
+        return lane.send_pipelined(
             self._scripts["complete"].sha, self._sources["complete"], keys, args, self._settled(key, settle)
         )
 
@@ -502,7 +502,7 @@ class RedisStore(KeyLayout, RedisOperations):
         return record
 
     def get(self, key: str) -> Record | None:
-        record_key, _, doubt_key = self._keys(key)
+        record_key, _, unknown_key = self._keys(key)
         reply = self._run("read", key, [record_key], [])
         record = self._decode_read(key, reply)
         if record is None:
@@ -510,7 +510,7 @@ class RedisStore(KeyLayout, RedisOperations):
         since = None
         if record.status is Status.UNKNOWN:
             try:
-                since = when(self._client.zscore(doubt_key, record_key))
+                since = when(self._client.zscore(unknown_key, record_key))
             except Exception as exc:
                 raise_failure("get", key, exc)
         return replace(record, unknown_since=since, ref=record_key)

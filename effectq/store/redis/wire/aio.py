@@ -32,20 +32,20 @@ from ..errors import mark_unsent as _unsent
 from .frames import command as _command
 from .frames import frame as frame_script
 from .redispy import async_settings, writer_of
-from .sync import _MAX_OWED, Lane, Settle, _ordinary, _Owed, _settle_all, _settle_each
+from .sync import _MAX_PENDING, Lane, OnReply, _deliver_all, _deliver_each, _ordinary, _Pending
 
-__all__ = ["AsyncLane", "async_lane_for", "settle_owed_async"]
+__all__ = ["AsyncLane", "async_lane_for", "flush_pending"]
 
 _STACKS = "_effectq_idle_connections"
 """The loop attribute holding, per async lane, its idle connections on that loop."""
 
-_OWING = "_effectq_owed_replies"
+_PENDING = "_effectq_pending_replies"
 """The loop attribute holding, per task, the lanes on which it owes replies to posted scripts."""
 
 _generation = 0
 """Bumped in a forked child: stacks of an earlier generation are the parent's, never used."""
 
-_Owing = tuple[Any, _Owed]
+_Owing = tuple[Any, _Pending]
 """A connection that owes a task replies, and the posted scripts they answer."""
 
 
@@ -114,11 +114,11 @@ class AsyncLane:
         ``retry``: the script may run twice; a dead idle connection is then replaced once.
         """
         frame = frame_script(sha, keys, args)
-        owing = _owed_by_this_task(self)
+        owing = _pending_of_this_task(self)
         if owing is not None:
             if retry:
                 return await self._exchange_behind(owing, frame, source)
-            await self._settle(owing)  # one that may not run twice is not written behind posts
+            await self._flush(owing)  # one that may not run twice is not written behind posts
         return await self._exchange(frame, source, retry)
 
     async def _exchange(self, frame: bytes, source: str | bytes, retry: bool) -> Any:
@@ -151,13 +151,13 @@ class AsyncLane:
             raise reply
         return reply
 
-    def post(
-        self, sha: str, source: str | bytes, keys: Sequence[Any], args: Sequence[Any], settle: Settle
+    def send_pipelined(
+        self, sha: str, source: str | bytes, keys: Sequence[Any], args: Sequence[Any], on_reply: OnReply
     ) -> bool:
         """``EVALSHA`` written now, without waiting; ``settle`` gets its reply when this task reads it.
 
         That is at this task's next script on the lane, which writes behind it on
-        the same connection, or at :func:`settle_owed_async` (its run's end). Until
+        the same connection, or at :func:`flush_pending` (its run's end). Until
         then the connection belongs to this task. Returns False, having written
         nothing, when the script is better sent the usual way: no task, no idle
         connection at hand, or as many tasks owing replies on this loop as the lane
@@ -168,18 +168,18 @@ class AsyncLane:
         stacks = loop.__dict__.get(_STACKS) if self.serves(loop) else None
         if task is None or stacks is None or stacks[0] != _generation:
             return False
-        owing = _owing_made(loop)
+        owing = _pending_made(loop)
         mine = owing.get(task)
         held = mine.get(self) if mine else None
-        owed: _Owed
+        pending: _Pending
         if held is None:
             idle = stacks[1].get(self)
             if not idle or sum(self in lanes for lanes in owing.values()) >= self._keep:
                 return False
-            conn, owed = idle[-1], []
+            conn, pending = idle[-1], []
         else:
-            conn, owed = held
-            if len(owed) >= _MAX_OWED:
+            conn, pending = held
+            if len(pending) >= _MAX_PENDING:
                 return False  # sent the usual way, it reads these first
         writer = writer_of(conn)
         if writer is None or writer.transport.is_closing():
@@ -194,28 +194,28 @@ class AsyncLane:
             if _ordinary(exc):
                 return False  # the usual way finds out what is wrong
             raise  # a time limit is the task's; a connection held is found closed when next read
-        owed += ((settle, frame, source),)  # no call: the reply is owed before anyone can read it
+        pending += ((on_reply, frame, source),)  # no call: the reply is pending before anyone can read it
         if held is None:
-            owing.setdefault(task, {})[self] = (conn, owed)
+            owing.setdefault(task, {})[self] = (conn, pending)
         return True
 
     async def _exchange_behind(self, owing: _Owing, frame: bytes, source: str | bytes) -> Any:
         """A script on the connection that owes this task replies: written behind them.
 
-        The owed replies are read first (they come first), then this one; the owed
+        The pending replies are read first (they come first), then this one; the pending
         are settled once the connection is clean and back on the stack. After a post
         that met NOSCRIPT, the posts from there on run again, then this script (it ran
         before them): only a script that may run twice is written here.
         """
-        conn, owed = owing
+        conn, pending = owing
         if _closed(conn):  # closed meanwhile: its replies are lost; this goes elsewhere
-            _abandon(conn, owed, self._lost(conn))
+            _abandon(conn, pending, self._lost(conn))
             return await self._exchange(frame, source, True)
         try:
             await self._write_behind(conn, frame)
-            replies = [await self._read(conn) for _ in owed]
+            replies = [await self._read(conn) for _ in pending]
         except BaseException as exc:  # the connection broke: this frame's fate is unknown too
-            _abandon(conn, owed, exc)
+            _abandon(conn, pending, exc)
             if isinstance(exc, self._timeout) or not isinstance(exc, self._errors):
                 raise
             try:
@@ -225,41 +225,41 @@ class AsyncLane:
                 raise
         try:
             reply = await self._read(conn)
-            if await self._rerun_unloaded(conn, owed, replies) and not isinstance(reply, self._noscript):
+            if await self._rerun_unloaded(conn, pending, replies) and not isinstance(reply, self._noscript):
                 reply = await self._send(conn, frame)  # after them, this time
             reply = await self._loaded(conn, reply, frame, source)
-        except BaseException as exc:  # the owed replies in hand stand; a NOSCRIPT one never ran
+        except BaseException as exc:  # the pending replies in hand stand; a NOSCRIPT one never ran
             _abandon(conn, [], exc)
-            _settle_each(owed, [exc if isinstance(r, self._noscript) else r for r in replies])
+            _deliver_each(pending, [exc if isinstance(r, self._noscript) else r for r in replies])
             raise
         await self._give(conn)
-        _settle_each(owed, replies)
+        _deliver_each(pending, replies)
         if isinstance(reply, self._response_error):
             raise reply
         return reply
 
-    async def _settle(self, owing: _Owing) -> None:
+    async def _flush(self, owing: _Owing) -> None:
         """Read the replies ``owing`` holds and settle them; the connection is the lane's again."""
-        conn, owed = owing
+        conn, pending = owing
         try:
-            replies = [await self._read(conn) for _ in owed]
-            await self._rerun_unloaded(conn, owed, replies)
+            replies = [await self._read(conn) for _ in pending]
+            await self._rerun_unloaded(conn, pending, replies)
         except BaseException as exc:
-            _abandon(conn, owed, exc)
+            _abandon(conn, pending, exc)
             if _ordinary(exc):
                 return
-            raise  # a time limit too, once every reply owed is settled
+            raise  # a time limit too, once every reply pending is settled
         await self._give(conn)
-        _settle_each(owed, replies)
+        _deliver_each(pending, replies)
 
-    async def _rerun_unloaded(self, conn: Any, owed: _Owed, replies: list[Any]) -> bool:
+    async def _rerun_unloaded(self, conn: Any, pending: _Pending, replies: list[Any]) -> bool:
         """From the first post that met NOSCRIPT on, every post run again in order, the script
         loaded (as :meth:`Lane._rerun_unloaded`); returns whether any was."""
         first = next((i for i, reply in enumerate(replies) if isinstance(reply, self._noscript)), None)
         if first is None:
             return False
-        for i in range(first, len(owed)):
-            _, sent, script = owed[i]
+        for i in range(first, len(pending)):
+            _, sent, script = pending[i]
             if not isinstance(replies[i], self._noscript):
                 replies[i] = await self._send(conn, sent)
             replies[i] = await self._loaded(conn, replies[i], sent, script)
@@ -302,9 +302,9 @@ class AsyncLane:
         await self._write(conn, frame)
 
     def _lost(self, conn: Any) -> Exception:
-        """What a connection closed while it owed replies raises (and settles them with)."""
+        """What a connection closed while it pending replies raises (and settles them with)."""
         where = getattr(conn, "path", None) or f"{conn.host}:{conn.port}"
-        return self._connection_error(f"the connection to {where} was closed while it owed replies")
+        return self._connection_error(f"the connection to {where} was closed while it pending replies")
 
     async def _write(self, conn: Any, frame: bytes) -> None:
         """``frame`` handed to the connection's transport, in this task.
@@ -414,28 +414,28 @@ async def _close_at_shutdown(stacks: _Stacks) -> AsyncIterator[None]:
 _Registry = weakref.WeakKeyDictionary["asyncio.Task[Any]", dict["AsyncLane", _Owing]]
 
 
-def _owing_on(loop: asyncio.AbstractEventLoop) -> _Registry | None:
+def _pending_on(loop: asyncio.AbstractEventLoop) -> _Registry | None:
     """Per task of ``loop``, the connections that owe it replies (only the loop's thread looks)."""
-    held = loop.__dict__.get(_OWING)
+    held = loop.__dict__.get(_PENDING)
     if held is None or held[0] != _generation:
         return None
     registry: _Registry = held[1]
     return registry
 
 
-def _owing_made(loop: asyncio.AbstractEventLoop) -> _Registry:
-    """:func:`_owing_on`, made for ``loop`` if it has none of this process yet."""
-    registry = _owing_on(loop)
+def _pending_made(loop: asyncio.AbstractEventLoop) -> _Registry:
+    """:func:`_pending_on`, made for ``loop`` if it has none of this process yet."""
+    registry = _pending_on(loop)
     if registry is None:
         registry = weakref.WeakKeyDictionary()
-        setattr(loop, _OWING, (_generation, registry))
+        setattr(loop, _PENDING, (_generation, registry))
     return registry
 
 
-def _owed_by_this_task(lane: AsyncLane) -> _Owing | None:
+def _pending_of_this_task(lane: AsyncLane) -> _Owing | None:
     """The connection on ``lane`` that owes the running task replies, taken from the registry."""
     loop = asyncio.get_running_loop()
-    owing = _owing_on(loop)
+    owing = _pending_on(loop)
     if not owing:
         return None
     task = asyncio.current_task(loop)
@@ -453,20 +453,20 @@ def _closed(conn: Any) -> bool:
     return writer is None or bool(writer.transport.is_closing())
 
 
-def _abandon(conn: Any, owed: _Owed, exc: BaseException) -> None:
-    """A connection that failed owing replies: closed at once (never reused), each owed post
+def _abandon(conn: Any, pending: _Pending, exc: BaseException) -> None:
+    """A connection that failed owing replies: closed at once (never reused), each pending post
     settled with ``exc``. Synchronous, so a cancelled task still gets it done."""
     writer = writer_of(conn)
     if writer is not None:
         writer.transport.abort()
-    _settle_all(owed, exc)
+    _deliver_all(pending, exc)
 
 
-async def settle_owed_async() -> None:
+async def flush_pending() -> None:
     """Read every reply the running task owes on any async lane, and settle each (an async run's
     end calls this). A failure settles what it stopped from being read with the error."""
     loop = asyncio.get_running_loop()
-    owing = _owing_on(loop)
+    owing = _pending_on(loop)
     task = asyncio.current_task(loop)
     if not owing or task is None:
         return
@@ -477,9 +477,9 @@ async def settle_owed_async() -> None:
     try:
         while left:
             lane, held = left[0]
-            await lane._settle(held)
+            await lane._flush(held)
             left.pop(0)
     except BaseException as exc:  # cancelled while reading: what is left is settled with it
-        for _, (conn, owed) in left[1:]:
-            _abandon(conn, owed, exc)
+        for _, (conn, pending) in left[1:]:
+            _abandon(conn, pending, exc)
         raise

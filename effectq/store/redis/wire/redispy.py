@@ -30,7 +30,7 @@ __all__ = [
 
 
 def socket_of(conn: Any) -> Any:
-    """The socket a sync connection is connected on (None when it is not): a reply is owed on
+    """The socket a sync connection is connected on (None when it is not): a reply is pending on
     one socket, and only that socket can bring it."""
     return conn._sock
 

@@ -3,22 +3,24 @@
 A command through ``redis.Redis`` costs some 40 µs of Python beyond the round
 trip on loopback: the pool checkout and its observability hooks, argument
 encoding, retries, response callbacks. For the scripts every effect runs, that
-is more than the scripts cost Redis. The lane frames the ``EVALSHA`` itself,
-writes it on a connection of the client's pool, and reads the reply with that
-connection's own parser (hiredis when installed), so RESP2/RESP3, push messages,
-TLS and authentication stay redis-py's.
+is more than the scripts cost Redis. The wire frames the ``EVALSHA`` itself
+(:mod:`.frames`), writes it with the connection's ``send_packed_command`` and
+reads the reply with its ``read_response`` (hiredis when installed), so
+RESP2/RESP3, push messages, TLS and authentication stay redis-py's.
 
-Connections the lane used are kept on a small stack of its own (they stay
-checked out of the pool) and taken back first; a process that forks starts with
-an empty stack. A failed call disconnects its connection and hands it back to
-the pool, so a half-read reply never reaches another command.
+A connection the wire took from the pool stays the wire's: clean ones on an idle
+stack, ones a failure may have left a reply on closed and kept apart, opened
+again when next taken (see ``Lane._take``); a process that forks starts with
+none. A half-read reply never reaches another command.
 
 A script whose reply can wait (an effect's completion, whose outcome the caller
-does not see) is *posted*: written at once, its reply read by the same thread's
-next exchange on the lane, which writes behind it on the same connection, or by
-:func:`settle_owed_replies` (a run's end). Redis runs it when it arrives, as it
-would any command; only the wait for its reply is gone. Until then the
-connection belongs to that thread alone.
+does not see) is *pipelined*: written at once, its reply left pending, read by
+the same thread's next exchange on the wire, which writes behind it on the same
+connection, or by :func:`flush_pending` (a run's end). Redis runs it when it
+arrives, as it would any command; only the wait for its reply is gone. A
+connection with pending replies belongs to that thread alone: it is never on a
+stack, never handed back to the pool, and never written on once its socket
+changed (a reply pending on one socket can come on no other).
 """
 
 from __future__ import annotations
@@ -37,43 +39,43 @@ from .frames import frame as frame_script
 from .redispy import protect_connection as _protect_connection
 from .redispy import socket_of
 
-__all__ = ["Lane", "lane_for", "settle_owed_replies"]
+__all__ = ["Lane", "flush_pending", "lane_for"]
 
 _log = logging.getLogger("effectq.store")
 _lanes: weakref.WeakSet[Lane] = weakref.WeakSet()
 _lanes_lock = threading.Lock()
-_owing = threading.local()
+_pending = threading.local()
 """Per thread, ``lanes``: the lanes on which this thread owes replies it has not read."""
 
-Settle = Callable[[Any], None]
+OnReply = Callable[[Any], None]
 """Takes a posted script's reply, or the exception that stopped it being read."""
 
-_Owed = list[tuple[Settle, bytes, str | bytes]]
+_Pending = list[tuple[OnReply, bytes, str | bytes]]
 """Posted scripts whose replies a connection owes: (settle, frame, script source) each."""
 
 _IDLE, _BROKEN, _NEW = object(), object(), object()
 """Where :meth:`Lane._take` found a connection: the idle stack, the broken one, the pool."""
 
-_MAX_OWED = 64
+_MAX_PENDING = 64
 """Posted replies a connection may owe before the next post reads them first."""
 
 
 def _forget_all() -> None:  # a forked child must not write on, or read from, its parent's sockets
-    global _lanes_lock, _owing
+    global _lanes_lock, _pending
     _lanes_lock = threading.Lock()  # another thread of the parent may have held it: it is gone
     for lane in list(_lanes):
         lane._idle = lane._broken = ()
         lane._local = threading.local()
-    _owing = threading.local()
+    _pending = threading.local()
 
 
-def settle_owed_replies() -> None:
+def flush_pending() -> None:
     """Read every reply this thread owes on any lane, and settle each (a run's end calls this)."""
-    lanes = getattr(_owing, "lanes", None)
+    lanes = getattr(_pending, "lanes", None)
     if lanes:
-        _owing.lanes = None
+        _pending.lanes = None
         for lane in lanes:
-            lane.settle_owed()
+            lane.flush()
 
 
 os.register_at_fork(after_in_child=_forget_all)
@@ -101,7 +103,7 @@ class Lane:
         self._noscript = redis.exceptions.NoScriptError
         self._connection_error = redis.ConnectionError
         self._local = threading.local()
-        """Per thread: ``conn``, a connection owing replies to posts; ``owed``, their settles; and
+        """Per thread: ``conn``, a connection owing replies to posts; ``pending``, their settles; and
         ``sock``, the socket they were written on, the only one they can come on."""
         with _lanes_lock:
             _lanes.add(self)
@@ -146,41 +148,41 @@ class Lane:
             raise acknowledged
         return reply, int(acknowledged)
 
-    def post(
-        self, sha: str, source: str | bytes, keys: Sequence[Any], args: Sequence[Any], settle: Settle
+    def send_pipelined(
+        self, sha: str, source: str | bytes, keys: Sequence[Any], args: Sequence[Any], on_reply: OnReply
     ) -> bool:
         """``EVALSHA`` written now; ``settle`` gets its reply when this thread reads it.
 
         That is at this thread's next exchange on the lane, which writes behind it
-        on the same connection, or at :meth:`settle_owed`. A NOSCRIPT reply is
+        on the same connection, or at :meth:`flush`. A NOSCRIPT reply is
         answered by loading the script and running it again before it is settled;
         a reply that cannot be read settles as the exception that stopped it.
         Returns False, having settled nothing, when the script could not be written
         (no connection could be had, or the write failed: the caller runs it the
-        usual way; whatever was owed on that connection is settled with the error).
+        usual way; whatever was pending on that connection is settled with the error).
         A time limit that lands here is raised, once those are settled.
         """
         frame = frame_script(sha, keys, args)
-        lanes = getattr(_owing, "lanes", None)  # first: the run's end must find this lane
+        lanes = getattr(_pending, "lanes", None)  # first: the run's end must find this lane
         if lanes is None:
-            _owing.lanes = [self]
+            _pending.lanes = [self]
         elif self not in lanes:
             lanes.append(self)
         local = self._local
         held = getattr(local, "conn", None)
-        if held is not None and (len(local.owed) >= _MAX_OWED or socket_of(held) is not local.sock):
-            self.settle_owed()  # a connection closed meanwhile settles its owed posts as failed
+        if held is not None and (len(local.pending) >= _MAX_PENDING or socket_of(held) is not local.sock):
+            self.flush()  # a connection closed meanwhile settles its pending posts as failed
             held = None
         conn = None
-        owed: _Owed = []
+        pending: _Pending = []
         try:
             if held is None:
                 conn, kind = self._take()
                 self._ready(conn, kind)
                 self._write(conn, frame)
             else:  # taken from the thread's hands before anything can fail
-                conn, owed, sock = held, local.owed, local.sock
-                local.conn, local.owed, local.sock = None, [], None
+                conn, pending, sock = held, local.pending, local.sock
+                local.conn, local.pending, local.sock = None, [], None
                 self._write_behind(conn, frame, sock)
             sock = socket_of(conn)
         except BaseException as exc:
@@ -189,52 +191,52 @@ class Lane:
                     conn.disconnect()
                 finally:
                     self._broken += (conn,)
-            _settle_all(owed, exc)
+            _deliver_all(pending, exc)
             if _ordinary(exc):
                 return False
             raise
-        owed += ((settle, frame, source),)  # no call from here on: nothing can land in between
-        local.conn, local.owed, local.sock = conn, owed, sock
+        pending += ((on_reply, frame, source),)  # no call from here on: nothing can land in between
+        local.conn, local.pending, local.sock = conn, pending, sock
         return True
 
-    def settle_owed(self) -> None:
+    def flush(self) -> None:
         """Read the replies this thread owes on the lane and settle them; the connection is free
         again. A failure settles them with the error; a time limit is raised once they are."""
         local = self._local
         conn = getattr(local, "conn", None)
         if conn is None:
             return
-        owed, sock = local.owed, local.sock
-        local.conn, local.owed, local.sock = None, [], None
+        pending, sock = local.pending, local.sock
+        local.conn, local.pending, local.sock = None, [], None
         try:
-            replies = self._read_owed(conn, sock, owed)
-            self._rerun_unloaded(conn, owed, replies)
+            replies = self._read_pending(conn, sock, pending)
+            self._rerun_unloaded(conn, pending, replies)
         except BaseException as exc:
             try:
                 conn.disconnect()
             finally:
                 self._broken += (conn,)
-            _settle_all(owed, exc)
+            _deliver_all(pending, exc)
             if _ordinary(exc):
                 return
             raise
         self._idle += (conn,)
-        _settle_each(owed, replies)
+        _deliver_each(pending, replies)
 
-    def _read_owed(self, conn: Any, sock: Any, owed: _Owed) -> list[Any]:
+    def _read_pending(self, conn: Any, sock: Any, pending: _Pending) -> list[Any]:
         """The replies ``conn`` owes, which only ``sock`` can bring: a connection closed since
         (``pool.disconnect()``, a client's ``close()``), or opened again, has lost them."""
         if socket_of(conn) is not sock:
             raise self._lost(conn)
-        return [self._read(conn) for _ in owed]
+        return [self._read(conn) for _ in pending]
 
     def _lost(self, conn: Any) -> Exception:
-        """What a connection closed while it owed replies raises (and settles them with)."""
+        """What a connection closed while it pending replies raises (and settles them with)."""
         return self._connection_error(
-            f"the connection to {conn.host}:{conn.port} was closed while it owed replies"
+            f"the connection to {conn.host}:{conn.port} was closed while it pending replies"
         )
 
-    def _rerun_unloaded(self, conn: Any, owed: _Owed, replies: list[Any]) -> bool:
+    def _rerun_unloaded(self, conn: Any, pending: _Pending, replies: list[Any]) -> bool:
         """Posts that met NOSCRIPT (a flushed script cache, a Redis restart): the script loaded, and
         from the first such post on, every post run again in the order they were sent, since those
         behind it ran before it did. Returns whether any was: the script written behind them ran
@@ -242,8 +244,8 @@ class Lane:
         first = next((i for i, reply in enumerate(replies) if isinstance(reply, self._noscript)), None)
         if first is None:
             return False
-        for i in range(first, len(owed)):
-            _, frame, source = owed[i]
+        for i in range(first, len(pending)):
+            _, frame, source = pending[i]
             if not isinstance(replies[i], self._noscript):
                 replies[i] = self._send(conn, frame)
             replies[i] = self._loaded(conn, replies[i], frame, source, pair=False)
@@ -271,7 +273,7 @@ class Lane:
         if getattr(local, "conn", None) is not None:
             if retry:
                 return self._exchange_behind(frame, source, pair)
-            self.settle_owed()  # one that may not run twice is not written behind posts (see there)
+            self.flush()  # one that may not run twice is not written behind posts (see there)
         conn = None
         try:
             conn, kind = self._take()
@@ -299,7 +301,7 @@ class Lane:
     def _exchange_behind(self, frame: bytes, source: str | bytes, pair: bool) -> Any:
         """An exchange on the connection that owes this thread replies: written behind them, in one go.
 
-        The owed replies are read first (they come first), then this one; the owed
+        The pending replies are read first (they come first), then this one; the pending
         are settled once the connection is clean and back on the stack. A post that
         met NOSCRIPT ran after this script did: the posts from there on run again,
         then this script, so that it sees what they wrote. Hence only a script that
@@ -307,21 +309,21 @@ class Lane:
         sent again on another.
         """
         local = self._local
-        conn, owed, sock = local.conn, local.owed, local.sock
-        local.conn, local.owed, local.sock = None, [], None
+        conn, pending, sock = local.conn, local.pending, local.sock
+        local.conn, local.pending, local.sock = None, [], None
         written = False
         try:
             if socket_of(conn) is not sock:  # closed meanwhile: its replies are lost
                 raise self._lost(conn)
             written = True
             self._write(conn, frame)
-            replies = self._read_owed(conn, sock, owed)
+            replies = self._read_pending(conn, sock, pending)
         except BaseException as exc:
             try:
                 conn.disconnect()
             finally:
                 self._broken += (conn,)
-            _settle_all(owed, exc)
+            _deliver_all(pending, exc)
             if not written and isinstance(exc, self._connection_error):
                 return self._exchange(frame, source, True, pair=pair)  # nothing of it was written
             if isinstance(exc, self._timeout) or not isinstance(exc, self._errors):
@@ -333,23 +335,23 @@ class Lane:
                 raise
         try:
             answer = self._read_pair(conn) if pair else self._read(conn)
-            if self._rerun_unloaded(conn, owed, replies) and not self._unloaded(answer, pair):
+            if self._rerun_unloaded(conn, pending, replies) and not self._unloaded(answer, pair):
                 answer = (self._send_pair if pair else self._send)(conn, frame)  # after them, this time
             answer = self._loaded(conn, answer, frame, source, pair=pair)
-        except BaseException as exc:  # the owed replies in hand stand; a NOSCRIPT one never ran
+        except BaseException as exc:  # the pending replies in hand stand; a NOSCRIPT one never ran
             try:
                 conn.disconnect()
             finally:
                 self._broken += (conn,)
-            _settle_each(owed, [exc if isinstance(r, self._noscript) else r for r in replies])
+            _deliver_each(pending, [exc if isinstance(r, self._noscript) else r for r in replies])
             raise
         self._idle += (conn,)
-        _settle_each(owed, replies)
+        _deliver_each(pending, replies)
         return answer
 
     def close(self) -> None:
-        """Settle what this thread owes, and hand the lane's connections back to the pool."""
-        self.settle_owed()
+        """OnReply what this thread owes, and hand the lane's connections back to the pool."""
+        self.flush()
         idle, self._idle = self._idle, ()
         broken, self._broken = self._broken, ()
         for conn in broken:
@@ -435,18 +437,18 @@ def _ordinary(exc: BaseException) -> bool:
     return isinstance(exc, Exception) and not is_time_limit(exc)
 
 
-def _settle_all(owed: _Owed, outcome: Any) -> None:
-    _settle_each(owed, [outcome] * len(owed))
+def _deliver_all(pending: _Pending, outcome: Any) -> None:
+    _deliver_each(pending, [outcome] * len(pending))
 
 
-def _settle_each(owed: _Owed, replies: list[Any]) -> None:
+def _deliver_each(pending: _Pending, replies: list[Any]) -> None:
     """Hand each posted script its reply. A settle that raises is logged: it must not fail the
     exchange whose reply came with it, nor keep the others from theirs. A time limit raised in
     one is the task's: raised once every other got its reply."""
     limit: BaseException | None = None
-    for (settle, _, _), reply in zip(owed, replies, strict=True):
+    for (on_reply, _, _), reply in zip(pending, replies, strict=True):
         try:
-            settle(reply)
+            on_reply(reply)
         except Exception as exc:
             if is_time_limit(exc):
                 limit = limit or exc
