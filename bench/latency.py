@@ -6,7 +6,7 @@ effect, one (``GET``) for a replay. Powertools is AWS Lambda Powertools'
 ``idempotent_function`` with its Redis persistence layer on the same Redis.
 All three run interleaved in one process, the function itself a no-op.
 
-effectq sends its scripts on its own lane (effectq.store.lane), which skips
+effectq sends its scripts on its own lane (effectq.store.redis.wire), which skips
 redis-py's per-command Python; so, for honesty, the same commands written
 straight on a pooled connection (read with its parser) are timed beside them:
 the bare-socket floor, which no client can beat.
@@ -28,7 +28,7 @@ import redis
 
 import effectq
 from effectq import events
-from effectq.store.lane import settle_owed_replies
+from effectq.store.redis.wire.sync import flush_pending
 
 try:
     from common import Series, interleave, main_sized, paths_table
@@ -133,7 +133,7 @@ def measure(url: str, n: int) -> dict[str, Any]:
     def listened_alone(i: int) -> None:
         listened(i)
         began = time.perf_counter()
-        settle_owed_replies()  # the completed event comes with the reply; its duration is the write's
+        flush_pending()  # the completed event comes with the reply; its duration is the write's
         reply_waits.append(time.perf_counter() - began)
 
     run_id = f"bench-{tag}"
@@ -177,7 +177,7 @@ def measure(url: str, n: int) -> dict[str, Any]:
                     bare("SET", f"bare:{tag}:{i}", "1", "NX"),
                     bare("SET", f"bare:{tag}:{i}", "result"),
                 ),
-                "effectq": lambda i: (noop(i), settle_owed_replies()),
+                "effectq": lambda i: (noop(i), flush_pending()),
                 IN_A_RUN: in_run,
                 WITH_LISTENER: listened_alone,
                 IN_A_RUN_LISTENED: listened_in_run,

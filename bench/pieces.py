@@ -99,8 +99,8 @@ class _Canned:
     def evalsha(self, sha: str, source: Any, keys: Any, args: Any, *, retry: bool) -> Any:
         return next(self._replies)
 
-    def post(self, sha: str, source: Any, keys: Any, args: Any, settle: Any) -> bool:
-        settle(next(self._replies))  # as the next call would, having read the reply
+    def send_pipelined(self, sha: str, source: Any, keys: Any, args: Any, on_reply: Any) -> bool:
+        on_reply(next(self._replies))  # as the next call would, having read the reply
         return True
 
     def close(self) -> None:

@@ -25,7 +25,7 @@ from effectq.cli import Exit, main
 from effectq.doctor import Level, diagnose
 from effectq.errors import ConfigurationError
 from effectq.store.base import ClaimKind, ClaimRequest, ResultState, Status
-from effectq.store.cluster import check_cluster, seed_nodes
+from effectq.store.redis.cluster import check_cluster, seed_nodes
 from effectq.testing import OperatorStoreContract, StoreContract
 from tests.conftest import delete_namespace
 from tests.support.probes import ROOT, applications, read_line, stored_status

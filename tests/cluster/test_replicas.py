@@ -235,7 +235,7 @@ def test_wait_options_are_checked_when_the_store_is_built() -> None:
 
 def test_the_wait_goes_out_with_the_script_in_one_write(pair: Pair, namespace: str) -> None:
     """On the store's lane, EVALSHA and WAIT are one write and two replies, also after a SCRIPT FLUSH."""
-    from effectq.store.lane import Lane
+    from effectq.store.redis.wire.sync import Lane
 
     store = store_on(pair.primary, namespace, wait_replicas=1)
     assert store._lane is not None

@@ -26,7 +26,7 @@ import effectq
 from effectq import events
 from effectq.errors import ConfigurationError
 from effectq.store.base import ClaimKind, ClaimRequest
-from effectq.store.sentinel import SentinelLane, split_sentinel_url
+from effectq.store.redis.sentinel import SentinelLane, split_sentinel_url
 from tests.support.probes import stored_status
 from tests.support.servers import HOST, SERVICE, SentinelGroup, Server, sentinel_group, wait_until
 

@@ -161,6 +161,52 @@ def test_a_time_limit_between_a_claim_granted_after_a_wait_and_the_function_give
     assert record is not None and record.status is effectq.Status.RELEASED, record
 
 
+def test_a_time_limit_while_a_run_reads_its_pipelined_replies_is_raised_and_the_completion_lands(
+    redis_url: str, redis_store: effectq.RedisStore
+) -> None:
+    """An effect's completion is pipelined; Redis holds it (CLIENT PAUSE), so the run's end waits
+    for its reply, and the time limit lands in that wait. The limit is the task's: it leaves the
+    run as it is, not swallowed; the completion whose reply went unread is written again in the
+    background, and the record is completed."""
+    from billiard.exceptions import SoftTimeLimitExceeded
+
+    from effectq.heartbeat import heartbeat
+
+    admin = redis.Redis.from_url(redis_url)
+
+    @effectq.effect(name="fuzz.pipelined")
+    def act(n: int) -> int:
+        admin.execute_command("CLIENT", "PAUSE", "800", "WRITE")  # its completion waits in Redis
+        return n
+
+    def on_alarm(signum: int, frame: Any) -> None:
+        raise SoftTimeLimitExceeded()
+
+    run_id = f"piped-{uuid.uuid4().hex[:8]}"
+    with effectq.run(run_id, store=redis_store):
+        key = act.key(1)
+
+    def piped_run() -> None:
+        with effectq.run(run_id, store=redis_store):
+            assert act(1) == 1
+            signal.setitimer(signal.ITIMER_REAL, 0.3)  # lands while the run's end reads the reply
+
+    previous = signal.signal(signal.SIGALRM, on_alarm)
+    try:
+        with pytest.raises(SoftTimeLimitExceeded):
+            piped_run()
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+        admin.execute_command("CLIENT", "UNPAUSE")
+        admin.close()
+    deadline = time.monotonic() + 20.0
+    while heartbeat.pending()[1] and time.monotonic() < deadline:
+        time.sleep(0.02)
+    record = redis_store.get(key)
+    assert record is not None and record.status is effectq.Status.COMPLETED, record
+
+
 # -- the child ------------------------------------------------------------------------------
 
 

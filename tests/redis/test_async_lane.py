@@ -24,8 +24,8 @@ import pytest
 import redis
 
 import effectq
-from effectq.store.async_lane import AsyncLane
 from effectq.store.base import Claim, ClaimKind, ClaimRequest
+from effectq.store.redis.wire.aio import AsyncLane
 from tests.support.servers import Server
 
 

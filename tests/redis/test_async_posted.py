@@ -31,7 +31,7 @@ import redis
 import effectq
 from effectq import events
 from effectq.heartbeat import heartbeat
-from effectq.store.async_lane import _owing_on
+from effectq.store.redis.wire.aio import _pending_on
 
 
 @pytest.fixture
@@ -42,7 +42,7 @@ def store(redis_store: effectq.RedisStore) -> effectq.RedisStore:
 
 def _owed(store: effectq.RedisStore) -> tuple[Any, list[Any]] | None:
     """The connection on the store's async lane that owes the running task replies, and what."""
-    registry = _owing_on(asyncio.get_running_loop())
+    registry = _pending_on(asyncio.get_running_loop())
     task = asyncio.current_task()
     mine = registry.get(task) if registry is not None and task is not None else None
     held: tuple[Any, list[Any]] | None = mine.get(store._async_lane) if mine else None
@@ -101,7 +101,7 @@ def test_a_worker_killed_right_after_the_effect_returned_leaves_it_completed(
     program = textwrap.dedent(
         f"""
         import asyncio, effectq
-        from effectq.store.async_lane import _owing_on
+        from effectq.store.redis.wire.aio import _pending_on
         store = effectq.RedisStore.from_url({redis_url!r}, namespace={namespace!r})
 
         @effectq.effect(name="aposted.charge")
@@ -113,7 +113,7 @@ def test_a_worker_killed_right_after_the_effect_returned_leaves_it_completed(
         async def main():
             async with effectq.run("order-7", store=store):
                 await charge(500)
-                owing = _owing_on(asyncio.get_running_loop())
+                owing = _pending_on(asyncio.get_running_loop())
                 print(bool(owing and owing.get(asyncio.current_task())), flush=True)
                 await asyncio.sleep(60)  # killed here: the reply of the completion never read
 
@@ -391,7 +391,7 @@ def test_no_more_tasks_owe_replies_than_the_lane_keeps_connections(
         while len(owing) < len(tasks):
             await asyncio.sleep(0.01)
         assert sum(owing) == keep and set(owing) == {0, 1}
-        registry = _owing_on(asyncio.get_running_loop())
+        registry = _pending_on(asyncio.get_running_loop())
         assert registry is not None and len(registry) == keep
         go.set()
         await asyncio.gather(*tasks)

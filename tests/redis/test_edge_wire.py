@@ -222,7 +222,7 @@ def test_a_script_sent_after_posts_sees_what_they_wrote_after_a_flush(
 ) -> None:
     """Posts meet NOSCRIPT; the script sent next on the lane was loaded already. It sees what the
     posts wrote: run again after them if it may run twice, else sent only once they are read."""
-    from effectq.store.lane import Lane
+    from effectq.store.redis.wire.sync import Lane
 
     counter = f"{namespace}:counter"
     bump = "return redis.call('INCR', KEYS[1])"
@@ -233,8 +233,8 @@ def test_a_script_sent_after_posts_sees_what_they_wrote_after_a_flush(
         redis_client.script_flush()
         peek_sha = redis_client.script_load(peek)
         bump_sha = redis_client.register_script(bump).sha  # not loaded: the posts meet NOSCRIPT
-        assert lane.post(bump_sha, bump, [counter], [], settled.append)
-        assert lane.post(bump_sha, bump, [counter], [], settled.append)
+        assert lane.send_pipelined(bump_sha, bump, [counter], [], settled.append)
+        assert lane.send_pipelined(bump_sha, bump, [counter], [], settled.append)
         assert lane.evalsha(peek_sha, peek, [counter], [], retry=retry) == b"2"
         assert settled == [1, 2]
     finally:
@@ -342,7 +342,7 @@ def test_a_child_forked_while_another_thread_makes_a_store_can_make_one(
 ) -> None:
     """A prefork worker forks its children whenever it likes: one forked while another thread of
     the parent was making a store (its lane registering itself) makes stores and runs effects."""
-    from effectq.store import lane
+    from effectq.store.redis.wire import sync as lane
 
     @effectq.effect(name="edge.fork.lane")
     def act(n: int) -> int:

@@ -31,7 +31,7 @@ import redis
 import effectq
 from effectq import events
 from effectq.heartbeat import heartbeat
-from effectq.store.lane import Lane
+from effectq.store.redis.wire.sync import Lane
 
 
 @pytest.fixture
@@ -44,7 +44,7 @@ def _owes(store: effectq.RedisStore) -> int:
     """How many replies this thread owes on the store's lane."""
     lane = store._lane
     assert lane is not None
-    return len(getattr(lane._local, "owed", None) or []) if getattr(lane._local, "conn", None) else 0
+    return len(getattr(lane._local, "pending", None) or []) if getattr(lane._local, "conn", None) else 0
 
 
 def test_the_completion_lands_before_the_effect_returns_and_its_reply_by_the_run_s_end(
@@ -301,12 +301,12 @@ def test_the_lane_settles_posts_in_order_before_the_next_reply(redis_url: str) -
     settled: list[Any] = []
     try:
         for n in range(3):
-            assert lane.post(sha, "return ARGV[1]", [], [n], settled.append)
+            assert lane.send_pipelined(sha, "return ARGV[1]", [], [n], settled.append)
         assert settled == []
         assert lane.evalsha(sha, "return ARGV[1]", [], ["last"], retry=True) == b"last"
         assert settled == [b"0", b"1", b"2"]
-        assert lane.post(sha, "return ARGV[1]", [], ["end"], settled.append)
-        lane.settle_owed()
+        assert lane.send_pipelined(sha, "return ARGV[1]", [], ["end"], settled.append)
+        lane.flush()
         assert settled[-1] == b"end"
         assert len(lane._idle) == 1 and getattr(lane._local, "conn", None) is None
     finally:
@@ -320,9 +320,9 @@ def test_a_post_that_cannot_be_written_says_so_and_settles_what_was_owed(redis_u
     sha = client.script_load("return ARGV[1]")
     settled: list[Any] = []
     try:
-        assert lane.post(sha, "return ARGV[1]", [], [1], settled.append)
+        assert lane.send_pipelined(sha, "return ARGV[1]", [], [1], settled.append)
         lane._local.conn._sock.close()  # the next write fails
-        assert not lane.post(sha, "return ARGV[1]", [], [2], settled.append)
+        assert not lane.send_pipelined(sha, "return ARGV[1]", [], [2], settled.append)
         assert len(settled) == 1 and isinstance(settled[0], redis.ConnectionError | OSError)
         assert getattr(lane._local, "conn", None) is None
         assert lane.evalsha(sha, "return ARGV[1]", [], [3], retry=True) == b"3"  # a fresh connection

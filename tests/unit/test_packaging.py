@@ -59,9 +59,9 @@ def test_wheel_carries_the_lua_scripts(tmp_path: Path) -> None:
     )
     wheel = next(tmp_path.glob("effectq-*.whl"))
     names = set(zipfile.ZipFile(wheel).namelist())
-    scripts = {p.name for p in (ROOT / "effectq/store/lua").glob("*.lua")}
+    scripts = {p.name for p in (ROOT / "effectq/store/redis/lua").glob("*.lua")}
     assert scripts
-    assert {f"effectq/store/lua/{name}" for name in scripts} <= names
+    assert {f"effectq/store/redis/lua/{name}" for name in scripts} <= names
     assert "effectq/py.typed" in names
 
 

@@ -7,7 +7,7 @@ import time
 
 import effectq
 from effectq.store.base import Claim, ClaimKind, ClaimRequest, ResultState, Status
-from effectq.store.redis_replies import completed_claim, decode_claim
+from effectq.store.redis.replies import completed_claim, decode_claim
 
 
 def _hook(key: str, args: object, ctx: object) -> None:

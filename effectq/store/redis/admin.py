@@ -1,4 +1,4 @@
-"""The operator primitives of :class:`~effectq.store.redis.RedisStore` (see :mod:`.operators`).
+"""The operator primitives of :class:`~effectq.store.redis.RedisStore` (see :mod:`effectq.store.operators`).
 
 In doubt and in flight come from the two indexes the scripts keep in every
 bucket of a namespace (``effectq:{ns:bb}:open`` and ``effectq:{ns:bb}:doubt``),
@@ -24,12 +24,12 @@ import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
-from typing import Any, NoReturn, Protocol
+from typing import Any, Protocol
 
-from ..errors import CorruptRecordError, StoreError
-from ..options import is_time_limit
-from .base import Record, Status
-from .operators import Standing, Summary, since, standing
+from ...errors import CorruptRecordError, StoreError
+from ..base import Record, Status
+from ..operators import Standing, Summary, since, standing
+from .errors import raise_operator_failure
 
 __all__ = ["RedisOperations"]
 
@@ -84,13 +84,6 @@ def _indexes(record_key: str) -> tuple[str, str]:
     return f"{tag}:open", f"{tag}:doubt"
 
 
-def _raise_failure(op: str, exc: BaseException) -> NoReturn:
-    """A :class:`StoreError`; or ``exc`` itself when it is a worker's time limit (the task's)."""
-    if is_time_limit(exc):
-        raise exc
-    raise StoreError(f"effectq {op} failed on Redis: {type(exc).__name__}: {exc}") from exc
-
-
 def _when(score: Any) -> datetime | None:
     return None if score is None else datetime.fromtimestamp(float(score) / 1000, UTC)
 
@@ -106,21 +99,21 @@ class RedisOperations:
         try:
             seconds, micros = self.client.time()
         except Exception as exc:
-            _raise_failure("clock", exc)
+            raise_operator_failure("clock", exc)
         return datetime.fromtimestamp(seconds + micros / 1e6, UTC)
 
     def _per_bucket(self: _Host, queue: Callable[[Any, str, str], None]) -> list[list[Any]]:
-        """Queue ``queue(pipe, open_key, doubt_key)`` for every bucket; one pipeline, results per bucket."""
+        """Queue ``queue(pipe, open_key, unknown_key)`` for every bucket; one pipeline, results per bucket."""
         pipe = self.client.pipeline(transaction=False)
         sizes = []
-        for open_key, doubt_key in self.bucket_keys():
+        for open_key, unknown_key in self.bucket_keys():
             before = len(pipe)
-            queue(pipe, open_key, doubt_key)
+            queue(pipe, open_key, unknown_key)
             sizes.append(len(pipe) - before)
         try:
             replies = pipe.execute()
         except Exception as exc:
-            _raise_failure("index read", exc)
+            raise_operator_failure("index read", exc)
         out, at = [], 0
         for size in sizes:
             out.append(replies[at : at + size])
@@ -141,7 +134,7 @@ class RedisOperations:
             try:
                 replies = self._read_batch(script, batch)
             except Exception as exc:
-                _raise_failure("fetch", exc)
+                raise_operator_failure("fetch", exc)
             for i, name in enumerate(batch):
                 reply, score = replies[2 * i], replies[2 * i + 1]
                 try:
@@ -186,8 +179,8 @@ class RedisOperations:
         now_ms = _ms(now)
         stop = -1 if limit is None else max(limit, 1) - 1
 
-        def queue(pipe: Any, open_key: str, doubt_key: str) -> None:
-            pipe.zrange(doubt_key, 0, stop, withscores=True)
+        def queue(pipe: Any, open_key: str, unknown_key: str) -> None:
+            pipe.zrange(unknown_key, 0, stop, withscores=True)
             pipe.zrangebyscore(open_key, "-inf", now_ms, withscores=True)
 
         candidates = sorted(
@@ -210,7 +203,7 @@ class RedisOperations:
         now_ms = _ms(now)
         window = {} if limit is None else {"start": 0, "num": max(limit, 1)}
 
-        def queue(pipe: Any, open_key: str, doubt_key: str) -> None:
+        def queue(pipe: Any, open_key: str, unknown_key: str) -> None:
             pipe.zrangebyscore(open_key, f"({now_ms}", "+inf", withscores=True, **window)
 
         candidates = sorted(
@@ -230,14 +223,14 @@ class RedisOperations:
         except StoreError:
             raise
         except Exception as exc:
-            _raise_failure("scan", exc)
+            raise_operator_failure("scan", exc)
 
     def summary(self: _Host) -> Summary:
         now_ms = _ms(self.clock())
 
-        def queue(pipe: Any, open_key: str, doubt_key: str) -> None:
-            pipe.zcard(doubt_key)
-            pipe.zrange(doubt_key, 0, 0, withscores=True)
+        def queue(pipe: Any, open_key: str, unknown_key: str) -> None:
+            pipe.zcard(unknown_key)
+            pipe.zrange(unknown_key, 0, 0, withscores=True)
             pipe.zrangebyscore(open_key, "-inf", now_ms, withscores=True)
             pipe.zcount(open_key, f"({now_ms}", "+inf")
 
@@ -257,7 +250,7 @@ class RedisOperations:
             try:
                 statuses = pipe.execute(raise_on_error=False)  # a completed record is a string
             except Exception as exc:
-                _raise_failure("summary", exc)
+                raise_operator_failure("summary", exc)
             for (_, score), status in zip(dead, statuses, strict=True):
                 if status == b"d":
                     unknown += 1
@@ -278,9 +271,9 @@ class RedisOperations:
         return False
 
     def prune_indexes(self: _Host) -> int:
-        def queue(pipe: Any, open_key: str, doubt_key: str) -> None:
+        def queue(pipe: Any, open_key: str, unknown_key: str) -> None:
             pipe.zrange(open_key, 0, -1)
-            pipe.zrange(doubt_key, 0, -1)
+            pipe.zrange(unknown_key, 0, -1)
 
         names = sorted({_text(m) for lists in self._per_bucket(queue) for members in lists for m in members})
         pipe = self.client.pipeline(transaction=False)
@@ -289,7 +282,7 @@ class RedisOperations:
         try:
             exists = pipe.execute() if names else []
         except Exception as exc:
-            _raise_failure("prune", exc)
+            raise_operator_failure("prune", exc)
         pruned = 0
         for name, present in zip(names, exists, strict=True):
             if present:

@@ -33,7 +33,7 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..errors import StoreError
+from ...errors import StoreError
 
 __all__ = ["Notifier"]
 

@@ -1,17 +1,6 @@
 """The Redis store: every transition is one Lua script, judged by Redis' clock.
 
-Layout of one namespace (``ns``); ``bb`` is the first byte of the key's digest,
-so a namespace spreads over 256 hash slots and every script touches one::
-
-    effectq:{ns:bb}:<digest>   one effect record: a hash while in flight, released or
-                               unknown; one packed string once completed (compact: it
-                               is kept for the retention)
-    effectq:{ns:bb}:open       zset: pending/dispatched records by lease end
-    effectq:{ns:bb}:doubt      zset: unknown records by when they became unknown
-    effectq:{ns}:notify        pub/sub channel: a record left flight (only when waited on)
-    effectq:{ns:bb}:notify     the same, one sharded channel per bucket, on Redis Cluster
-
-The scripts live in ``lua/`` (one file per operation, each opening with its
+The keys are :mod:`.layout`'s. The scripts live in ``lua/`` (one file per operation, each opening with its
 contract) and are registered per store instance; redis-py's ``Script`` reloads
 them after a ``SCRIPT FLUSH`` or a failover. Because every script touches one
 slot, the same scripts run on Redis Cluster (``redis.cluster.RedisCluster``),
@@ -22,12 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from importlib import resources
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any
 
-from ..errors import (
+from ...errors import (
     ClaimNotReplicatedError,
     CompletionNotReplicatedError,
     ConfigurationError,
@@ -36,18 +25,21 @@ from ..errors import (
     ResolveRefusedError,
     StoreError,
 )
-from ..heartbeat import heartbeat
-from ..keys import check_namespace, key_digest, sha256, split_default_key
-from ..options import Duration, is_time_limit, seconds
-from .async_lane import AsyncLane, async_lane_for
-from .base import Claim, ClaimKind, ClaimRequest, Record, ResultState, Status, Unsubscribe
-from .cluster import check_cluster, cluster_from_url, cluster_pools, is_cluster, is_cluster_url
-from .lane import lane_for, protect_pool, sent
+from ...heartbeat import heartbeat
+from ...keys import check_namespace
+from ...options import Duration, seconds
+from ..base import Claim, ClaimKind, ClaimRequest, Record, ResultState, Status, Unsubscribe
+from .admin import RedisOperations
+from .cluster import check_cluster, is_cluster
+from .connect import client_from_url, protect_client
+from .errors import failure, raise_failure
+from .layout import KeyLayout, Layout
 from .notify import Notifier
-from .redis_ops import RedisOperations
-from .redis_replies import STATUS, decode_claim, decode_read, packed_claim, text, when
 from .replicas import run_and_wait
-from .sentinel import is_sentinel_url, sentinel_from_url, sentinel_lane_for
+from .replies import STATUS, Prefetched, decode_claim, decode_read, packed_claim, text, when
+from .sentinel import sentinel_lane_for
+from .wire.aio import AsyncLane, async_lane_for
+from .wire.sync import lane_for
 
 if TYPE_CHECKING:
     import redis as _redis
@@ -61,18 +53,17 @@ _RETRY_SAFE = frozenset({"claim", "complete", "dispatch", "renew", "resolve", "r
 """Scripts that may run twice: a retried claim of the same owner gets its grant back, a
 completion, dispatch or renewal of the same token is idempotent, a resolve finding the record
 settled as it asks reports it settled, a read writes nothing."""
-_DEFAULT_TIMEOUTS = {"socket_timeout": 5.0, "socket_connect_timeout": 5.0}
 
 
 def _lua(name: str) -> str:
     return resources.files(__package__).joinpath("lua", f"{name}.lua").read_text("utf-8")
 
 
-class RedisStore(RedisOperations):
+class RedisStore(KeyLayout, RedisOperations):
     """A store on Redis (or fakeredis with lupa, which runs the same Lua).
 
     Besides the store primitives it has the operator ones (listing, summary,
-    purge: :class:`~effectq.store.operators.OperatorStore`), in :mod:`.redis_ops`.
+    purge: :class:`~effectq.store.operators.OperatorStore`), in :mod:`.admin`.
 
     Args:
         client: a ready ``redis.Redis`` (or compatible) client, or a
@@ -109,14 +100,12 @@ class RedisStore(RedisOperations):
             raise ConfigurationError(
                 "RedisStore needs a client with decode_responses=False: records and results are bytes"
             )
-        _protect(client)
+        protect_client(client)
         self._client = client
-        self._namespace = check_namespace(namespace)
-        self._digest_prefix = f"{self._namespace}\x00".encode()  # what key_digest hashes first
-        self._prefix = check_namespace(prefix)
         self._wait_replicas = _replica_count(wait_replicas)
         self._replica_timeout_ms = max(1, round(seconds(replica_timeout, option="replica_timeout") * 1000))
         self._sharded = is_cluster(client)
+        self._init_layout(check_namespace(namespace), check_namespace(prefix), sharded=self._sharded)
         if self._sharded:
             check_cluster(client)
         self._publish = "s" if self._sharded else ""
@@ -137,14 +126,7 @@ class RedisStore(RedisOperations):
                 if getattr(type(self), primitive) is getattr(RedisStore, primitive)
             }
             self._twins = mine or None
-        self._namespace_channel = f"{self._prefix}:{{{self._namespace}}}:notify"
-        if self._sharded:
-            channels = [f"{self._tag(f'{b:02x}')}:notify" for b in range(256)]
-        else:
-            channels = [self._namespace_channel]
-        self._notifier = Notifier(client, channels, sharded=self._sharded)
-        self._layouts: dict[str, _Layout] = {}
-        self._runs: dict[str, tuple[str, str, str, str]] = {}
+        self._notifier = Notifier(client, self.channels(), sharded=self._sharded)
 
     @classmethod
     def from_url(
@@ -173,20 +155,7 @@ class RedisStore(RedisOperations):
         them too). Other keyword arguments go to ``redis.Redis.from_url`` (or
         ``redis.cluster.RedisCluster``, or the Sentinel primary's connections).
         """
-        redis = _import_redis()
-        options = {**_DEFAULT_TIMEOUTS, **kwargs}
-        wait = seconds(replica_timeout, option="replica_timeout")
-        if wait_replicas and options.get("socket_timeout") and wait >= options["socket_timeout"]:
-            raise ConfigurationError(
-                f"replica_timeout ({wait}s) must be below socket_timeout ({options['socket_timeout']}s), "
-                f"or the socket gives up before WAIT answers"
-            )
-        if is_cluster_url(url):
-            client = cluster_from_url(url, **options)
-        elif is_sentinel_url(url):
-            client = sentinel_from_url(url, **options)
-        else:
-            client = redis.Redis.from_url(url, **options)
+        client = client_from_url(url, wait_replicas=wait_replicas, replica_timeout=replica_timeout, **kwargs)
         return cls(
             client,
             namespace=namespace,
@@ -233,68 +202,6 @@ class RedisStore(RedisOperations):
         """How many replicas must acknowledge a claim and a completion (0: none)."""
         return self._wait_replicas
 
-    # -- layout -------------------------------------------------------------------------
-
-    def _tag(self, digest: str) -> str:
-        return f"{self._prefix}:{{{self._namespace}:{digest[:2]}}}"
-
-    def record_key(self, key: str) -> str:
-        """The Redis key of an effect key's record."""
-        return self._layout_of(key).keys[0]
-
-    def _keys(self, key: str) -> list[str]:
-        """[record, open index, doubt index] of a key."""
-        return self._layout_of(key).keys[:3]
-
-    def _layout_of(self, key: str) -> _Layout:
-        """Where a key's record lives; remembered, since one call asks more than once.
-
-        A key shaped like a default key (``run id:name:<sha256 hex>``) lives in its
-        run's bucket, beside the run's index of completed records, so a redelivered
-        run can fetch them all at once; any other key in its own bucket. The rule
-        reads the key alone, so an operator holding only the key finds the record.
-        """
-        layout = self._layouts.get(key)
-        if layout is None:
-            if len(self._layouts) >= 4096:
-                self._layouts.clear()
-            raw = sha256(self._digest_prefix + key.encode()).digest()  # key_digest's bytes
-            digest = raw[:16].hex()
-            parts = split_default_key(key)
-            if parts is None:
-                tag = self._tag(digest)
-                keys = [f"{tag}:{digest}", f"{tag}:open", f"{tag}:doubt"]
-                layout = _Layout(keys, None, raw[:16])
-            else:
-                run_index, tag, open_key, doubt_key = self._run_bucket(parts[0])
-                keys = [f"{tag}:{digest}", open_key, doubt_key]
-                layout = _Layout(keys, run_index, raw[:16])
-            self._layouts[key] = layout
-        return layout
-
-    def _run_bucket(self, run_id: str) -> tuple[str, str, str, str]:
-        """(the run's index, its bucket's tag, open index and doubt index); remembered per run."""
-        found = self._runs.get(run_id)
-        if found is None:
-            if len(self._runs) >= 1024:
-                self._runs.clear()
-            run_digest = key_digest(self._namespace, run_id)
-            tag = self._tag(run_digest)
-            found = self._runs[run_id] = (f"{tag}:run:{run_digest[2:34]}", tag, f"{tag}:open", f"{tag}:doubt")
-        return found
-
-    def _channel(self, record_key: str) -> str:
-        """Where a record's notifications go: the namespace's channel, or on Cluster its bucket's."""
-        if self._sharded:
-            return record_key.rsplit(":", 1)[0] + ":notify"
-        return self._namespace_channel
-
-    def bucket_keys(self) -> Iterator[tuple[str, str]]:
-        """Every (open index, doubt index) pair of this namespace, one per bucket."""
-        for b in range(256):
-            tag = self._tag(f"{b:02x}")
-            yield f"{tag}:open", f"{tag}:doubt"
-
     def _run(self, name: str, key: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
         script = self._scripts[name]
         try:
@@ -304,7 +211,7 @@ class RedisStore(RedisOperations):
                 )
             return script(keys=keys, args=args)
         except Exception as exc:
-            self._raise_failure(name, key, exc)
+            raise_failure(name, key, exc)
 
     def _run_replicated(self, name: str, key: str, keys: list[str], args: list[Any]) -> tuple[Any, int]:
         """A script whose write a failover must not lose: (reply, replicas that acknowledged).
@@ -336,27 +243,10 @@ class RedisStore(RedisOperations):
         except StoreError:
             raise
         except Exception as exc:
-            self._raise_failure(name, key, exc)
+            raise_failure(name, key, exc)
 
     def _short(self, acknowledged: int) -> bool:
         return acknowledged < self._wait_replicas
-
-    def _raise_failure(self, op: str, key: str, exc: BaseException) -> NoReturn:
-        """Raise what a store call that failed with ``exc`` means: a :class:`StoreError`; or ``exc``
-        itself when it is a worker's time limit, the task's to handle and no failure of Redis."""
-        if is_time_limit(exc):
-            raise exc
-        raise self._failure(op, key, exc) from exc
-
-    def _failure(self, op: str, key: str, exc: BaseException) -> StoreError:
-        """The one place a failed call's exception becomes effectq's, which says whether the
-        request may have reached Redis (only the lane knows when nothing was sent)."""
-        text = str(exc)
-        if "WRONGTYPE" in text:
-            return CorruptRecordError(key, f"the Redis key holds another type: {text}")
-        failure = StoreError(f"effectq {op} failed on Redis for key {key!r}: {type(exc).__name__}: {text}")
-        failure.sent = sent(exc)
-        return failure
 
     # -- primitives ---------------------------------------------------------------------
 
@@ -416,12 +306,12 @@ class RedisStore(RedisOperations):
     ) -> bool:
         """:meth:`complete_soon` on the async lane, from a task in an event loop: the reply is
         read by the task's next script on this store or at its run's end
-        (:func:`~effectq.store.async_lane.settle_owed_async`)."""
+        (:func:`~effectq.store.redis.wire.aio.flush_pending`)."""
         lane = self._async_lane
         if lane is None:
             return False
         keys, args = self._complete_args(key, token, result, result_state, retention_ms)
-        return lane.post(
+        return lane.send_pipelined(
             self._scripts["complete"].sha, self._sources["complete"], keys, args, self._settled(key, settle)
         )
 
@@ -431,9 +321,9 @@ class RedisStore(RedisOperations):
 
         def settled(reply: Any) -> None:
             if isinstance(reply, BaseException):
-                failure = self._failure("complete", key, reply)
-                failure.__cause__ = reply  # a cancelled read is no failure of Redis: the caller tells
-                settle(failure)
+                error = failure("complete", key, reply)
+                error.__cause__ = reply  # a cancelled read is no failure of Redis: the caller tells
+                settle(error)
             else:
                 settle(bool(reply))
 
@@ -449,9 +339,9 @@ class RedisStore(RedisOperations):
                 self._scripts[name].sha, self._sources[name], keys, args, retry=name in _RETRY_SAFE
             )
         except Exception as exc:
-            self._raise_failure(name, key, exc)
+            raise_failure(name, key, exc)
 
-    def _claim_args(self, key: str, request: ClaimRequest) -> tuple[_Layout, list[Any]]:
+    def _claim_args(self, key: str, request: ClaimRequest) -> tuple[Layout, list[Any]]:
         """claim.lua's layout and arguments, for either path."""
         flags = (
             ("r" if request.can_reconcile else "")
@@ -497,7 +387,7 @@ class RedisStore(RedisOperations):
         """:meth:`complete`, written now; ``settle`` gets its outcome when the reply is read.
 
         The reply is read by this thread's next script on this store, which rides
-        behind it on the same connection, or by :func:`~effectq.store.lane.settle_owed_replies`
+        behind it on the same connection, or by :func:`~effectq.store.redis.wire.sync.flush_pending`
         (a run's end): the completion lands as soon as Redis reads it, the caller
         just does not wait for the answer. ``settle`` gets what :meth:`complete`
         would return, or the :class:`~effectq.errors.StoreError` it would raise.
@@ -508,7 +398,7 @@ class RedisStore(RedisOperations):
         if lane is None or self._wait_replicas:
             return False
         keys, args = self._complete_args(key, token, result, result_state, retention_ms)
-        return lane.post(
+        return lane.send_pipelined(
             self._scripts["complete"].sha, self._sources["complete"], keys, args, self._settled(key, settle)
         )
 
@@ -522,7 +412,7 @@ class RedisStore(RedisOperations):
         channel = self._channel(keys[0])
         return keys, [token, payload, result_state.value, retention_ms, channel, layout.digest, self._publish]
 
-    def prefetch(self, run_id: str, hint: Any = None) -> _Prefetched:
+    def prefetch(self, run_id: str, hint: Any = None) -> Prefetched:
         """The completed records of a run, found by effect key, in one round trip.
 
         The run's index (kept by complete.lua for default-shaped keys) lists the
@@ -537,13 +427,13 @@ class RedisStore(RedisOperations):
             record_keys = [f"{tag}:{raw[i : i + 16].hex()}" for i in range(0, len(raw) - 15, 16)]
             values = self._client.mget(record_keys) if len(record_keys) > 1 else []
         except Exception as exc:
-            self._raise_failure("prefetch", run_id, exc)
+            raise_failure("prefetch", run_id, exc)
         found: dict[str, Claim] = {}
         for record_key, value in zip(record_keys, values, strict=False):
             claim = packed_claim(value) if isinstance(value, bytes) else None
             if claim is not None:
                 found[record_key] = claim
-        return _Prefetched(self, found)
+        return Prefetched(self.record_key, found)
 
     def release(self, key: str, token: int, *, error: str, retention_ms: int) -> bool:
         keys = self._keys(key)
@@ -612,7 +502,7 @@ class RedisStore(RedisOperations):
         return record
 
     def get(self, key: str) -> Record | None:
-        record_key, _, doubt_key = self._keys(key)
+        record_key, _, unknown_key = self._keys(key)
         reply = self._run("read", key, [record_key], [])
         record = self._decode_read(key, reply)
         if record is None:
@@ -620,9 +510,9 @@ class RedisStore(RedisOperations):
         since = None
         if record.status is Status.UNKNOWN:
             try:
-                since = when(self._client.zscore(doubt_key, record_key))
+                since = when(self._client.zscore(unknown_key, record_key))
             except Exception as exc:
-                self._raise_failure("get", key, exc)
+                raise_failure("get", key, exc)
         return replace(record, unknown_since=since, ref=record_key)
 
     def read_records(self, record_keys: Sequence[str]) -> list[Record | None]:
@@ -638,7 +528,7 @@ class RedisStore(RedisOperations):
                 script(keys=[record_key], args=[], client=pipe)
             replies = pipe.execute()
         except Exception as exc:
-            self._raise_failure("read", ",".join(record_keys[:3]), exc)
+            raise_failure("read", ",".join(record_keys[:3]), exc)
         return [self._decode_read("", reply) for reply in replies]
 
     def _decode_read(self, key: str, reply: Any) -> Record | None:
@@ -658,48 +548,6 @@ class RedisStore(RedisOperations):
             self._lane.close()
 
 
-class _Layout:
-    """The Redis keys of one effect key."""
-
-    __slots__ = ("digest", "keys", "run_index", "script_keys")
-
-    def __init__(self, keys: list[str], run_index: str | None, digest: bytes) -> None:
-        self.keys = keys
-        self.run_index = run_index
-        self.digest = digest
-        self.script_keys = keys if run_index is None else [*keys, run_index]
-        """What claim and complete take: the record, its bucket's indexes, the run's index."""
-
-
-class _Prefetched:
-    """A run's completed records, looked up by effect key."""
-
-    __slots__ = ("_found", "_store")
-
-    def __init__(self, store: RedisStore, found: dict[str, Claim]) -> None:
-        self._store = store
-        self._found = found
-
-    def __len__(self) -> int:
-        return len(self._found)
-
-    def get(self, key: str) -> Claim | None:
-        return self._found.get(self._store.record_key(key))
-
-
-def _protect(client: Any) -> None:
-    """Give the connections ``client`` makes from now on (and those idle in it) a command packer
-    that an exception from a signal handler cannot crash: redis-py's own, with hiredis
-    installed, can (see :class:`~effectq.store.lane.SignalSafePacker`). Its pool's, a
-    Sentinel-managed pool's sentinels' too, or on a cluster every node's known now."""
-    pools = cluster_pools(client) if is_cluster(client) else [getattr(client, "connection_pool", None)]
-    manager = getattr(pools[0], "sentinel_manager", None) if pools else None
-    pools += [getattr(sentinel, "connection_pool", None) for sentinel in getattr(manager, "sentinels", ())]
-    for pool in pools:
-        if pool is not None:
-            protect_pool(pool)
-
-
 def _replica_count(value: Any) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
         raise ConfigurationError(f"wait_replicas must be a whole number of replicas (0: none), not {value!r}")
@@ -714,11 +562,3 @@ def _refusal(status: Status | None) -> str:
     if status in (Status.DISPATCHED, Status.PENDING):
         return "it is in flight with a live lease; wait for it, or for the lease to run out"
     return ""
-
-
-def _import_redis() -> Any:
-    try:
-        import redis
-    except ImportError as exc:  # pragma: no cover - depends on the environment
-        raise ImportError("the Redis store needs redis-py: pip install 'effectq[redis]'") from exc
-    return redis

@@ -6,11 +6,12 @@ reply code or a record effectq did not write is an error, never a guess.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from ..errors import CorruptRecordError, StoreError
-from .base import Claim, ClaimKind, Record, ResultState, Status
+from ...errors import CorruptRecordError, StoreError
+from ..base import Claim, ClaimKind, Record, ResultState, Status
 
 __all__ = [
     "STATUS",
@@ -218,3 +219,19 @@ def packed_claim(packed: bytes) -> Claim | None:
         return completed_claim("", packed)
     except CorruptRecordError:
         return None
+
+
+class Prefetched:
+    """A run's completed records (as :meth:`RedisStore.prefetch` read them), looked up by effect key."""
+
+    __slots__ = ("_found", "_record_key")
+
+    def __init__(self, record_key: Callable[[str], str], found: dict[str, Claim]) -> None:
+        self._record_key = record_key
+        self._found = found
+
+    def __len__(self) -> int:
+        return len(self._found)
+
+    def get(self, key: str) -> Claim | None:
+        return self._found.get(self._record_key(key))

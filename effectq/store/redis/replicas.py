@@ -22,7 +22,7 @@ import contextlib
 import time
 from typing import Any
 
-from ..errors import StoreError
+from ...errors import StoreError
 
 __all__ = ["run_and_wait"]
 

@@ -1,0 +1,485 @@
+"""EVALSHA from an event loop, without a thread hop per script.
+
+An async effect's claim and completion went to a worker thread each
+(``asyncio.to_thread``): the hop costs more than the round trip itself. The
+async lane writes the lane's own frames on redis-py's asyncio connections,
+made with the client's connection settings (host, port or socket path, db,
+credentials, TLS, timeouts), and reads each reply with that connection's
+parser, in the calling loop.
+
+Connections belong to the loop that made them: the loop itself holds each
+lane's small stack of idle ones (so they live and die with it), closed when
+the loop shuts down its async generators (as ``asyncio.run`` does); a loop
+closed without that leaves them to the garbage collector, which closes their
+sockets. A forked child forgets its parent's. A failed exchange
+disconnects its connection, so a half-read reply never reaches another
+script; a cancelled one too. A connection that turns out dead when taken
+from the stack (a Redis restart closed it while idle) is replaced once for
+a script that may run twice; a timeout is never retried.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import sys
+import weakref
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+from ..errors import mark_unsent as _unsent
+from .frames import command as _command
+from .frames import frame as frame_script
+from .redispy import async_settings, writer_of
+from .sync import _MAX_PENDING, Lane, OnReply, _deliver_all, _deliver_each, _ordinary, _Pending
+
+__all__ = ["AsyncLane", "async_lane_for", "flush_pending"]
+
+_STACKS = "_effectq_idle_connections"
+"""The loop attribute holding, per async lane, its idle connections on that loop."""
+
+_PENDING = "_effectq_pending_replies"
+"""The loop attribute holding, per task, the lanes on which it owes replies to posted scripts."""
+
+_generation = 0
+"""Bumped in a forked child: stacks of an earlier generation are the parent's, never used."""
+
+_Owing = tuple[Any, _Pending]
+"""A connection that owes a task replies, and the posted scripts they answer."""
+
+
+def _forget_all() -> None:  # a forked child must not write on its parent's sockets
+    global _generation
+    _generation += 1
+
+
+os.register_at_fork(after_in_child=_forget_all)
+
+
+def async_lane_for(client: Any, lane: Lane | None) -> AsyncLane | None:
+    """An async lane for a client the sync ``lane`` serves, with settings an asyncio connection
+    can take; else None (the async path then hops to a thread, as before)."""
+    if lane is None:
+        return None
+    try:
+        import redis
+        import redis.asyncio.connection as aconnection
+    except ImportError:  # pragma: no cover - redis-py without its asyncio part
+        return None
+    pool = client.connection_pool
+    kind = pool.connection_class
+    classes = {
+        redis.connection.Connection: aconnection.Connection,
+        redis.connection.SSLConnection: aconnection.SSLConnection,
+        redis.connection.UnixDomainSocketConnection: aconnection.UnixDomainSocketConnection,
+    }
+    if kind not in classes:
+        return None
+    settings = async_settings(pool.connection_kwargs)
+    if settings is None:
+        return None  # a setting the lane cannot carry over (a connect hook, a cache): keep the thread
+    return AsyncLane(lane, classes[kind], settings)
+
+
+class AsyncLane:
+    """Sends scripts on asyncio connections made like the client's; see the module docstring.
+
+    Args:
+        lane: the store's sync lane, whose framing it shares.
+        connection_class: the redis.asyncio connection class matching the client's.
+        settings: the connection settings.
+        keep: how many idle connections each loop keeps.
+    """
+
+    def __init__(self, lane: Lane, connection_class: type, settings: dict[str, Any], keep: int = 16) -> None:
+        import redis
+
+        self._lane = lane
+        self._class = connection_class
+        self._settings = settings
+        self._keep = keep
+        self._timeout = (redis.TimeoutError, TimeoutError, asyncio.TimeoutError)
+        self._errors = (redis.ConnectionError, OSError)
+        self._response_error = redis.ResponseError
+        self._noscript = redis.exceptions.NoScriptError
+        self._write_timeout = redis.TimeoutError
+        self._connection_error = redis.ConnectionError
+
+    async def evalsha(
+        self, sha: str, source: str | bytes, keys: Sequence[Any], args: Sequence[Any], *, retry: bool
+    ) -> Any:
+        """``EVALSHA sha keys args``; loads ``source`` after a NOSCRIPT and runs it again.
+
+        ``retry``: the script may run twice; a dead idle connection is then replaced once.
+        """
+        frame = frame_script(sha, keys, args)
+        owing = _pending_of_this_task(self)
+        if owing is not None:
+            if retry:
+                return await self._exchange_behind(owing, frame, source)
+            await self._flush(owing)  # one that may not run twice is not written behind posts
+        return await self._exchange(frame, source, retry)
+
+    async def _exchange(self, frame: bytes, source: str | bytes, retry: bool) -> Any:
+        conn, reused = await self._opened()
+        try:
+            reply = await self._send(conn, frame)
+        except self._timeout:
+            await self._drop(conn)
+            raise
+        except self._errors:
+            await self._drop(conn)
+            if not (retry and reused):
+                raise
+            conn = self._class(**self._settings)
+            try:
+                reply = await self._send(conn, frame)
+            except BaseException:
+                await self._drop(conn)
+                raise
+        except BaseException:  # cancelled, or worse: the reply may still be on its way
+            await self._drop(conn)
+            raise
+        try:
+            reply = await self._loaded(conn, reply, frame, source)
+        except BaseException:
+            await self._drop(conn)
+            raise
+        await self._give(conn)
+        if isinstance(reply, self._response_error):
+            raise reply
+        return reply
+
+    def send_pipelined(
+        self, sha: str, source: str | bytes, keys: Sequence[Any], args: Sequence[Any], on_reply: OnReply
+    ) -> bool:
+        """``EVALSHA`` written now, without waiting; ``settle`` gets its reply when this task reads it.
+
+        That is at this task's next script on the lane, which writes behind it on
+        the same connection, or at :func:`flush_pending` (its run's end). Until
+        then the connection belongs to this task. Returns False, having written
+        nothing, when the script is better sent the usual way: no task, no idle
+        connection at hand, or as many tasks owing replies on this loop as the lane
+        keeps connections (thousands of tasks must not hold thousands of connections).
+        """
+        loop = asyncio.get_running_loop()
+        task = asyncio.current_task(loop)
+        stacks = loop.__dict__.get(_STACKS) if self.serves(loop) else None
+        if task is None or stacks is None or stacks[0] != _generation:
+            return False
+        owing = _pending_made(loop)
+        mine = owing.get(task)
+        held = mine.get(self) if mine else None
+        pending: _Pending
+        if held is None:
+            idle = stacks[1].get(self)
+            if not idle or sum(self in lanes for lanes in owing.values()) >= self._keep:
+                return False
+            conn, pending = idle[-1], []
+        else:
+            conn, pending = held
+            if len(pending) >= _MAX_PENDING:
+                return False  # sent the usual way, it reads these first
+        writer = writer_of(conn)
+        if writer is None or writer.transport.is_closing():
+            return False  # the usual way finds out what is wrong with it
+        frame = frame_script(sha, keys, args)
+        if held is None:
+            del idle[-1]  # off the stack before a byte is written (no call: nothing lands between)
+        try:
+            writer.write(frame)
+        except BaseException as exc:
+            writer.transport.abort()  # a frame maybe cut short must reach no other script
+            if _ordinary(exc):
+                return False  # the usual way finds out what is wrong
+            raise  # a time limit is the task's; a connection held is found closed when next read
+        pending += ((on_reply, frame, source),)  # no call: the reply is pending before anyone can read it
+        if held is None:
+            owing.setdefault(task, {})[self] = (conn, pending)
+        return True
+
+    async def _exchange_behind(self, owing: _Owing, frame: bytes, source: str | bytes) -> Any:
+        """A script on the connection that owes this task replies: written behind them.
+
+        The pending replies are read first (they come first), then this one; the pending
+        are settled once the connection is clean and back on the stack. After a post
+        that met NOSCRIPT, the posts from there on run again, then this script (it ran
+        before them): only a script that may run twice is written here.
+        """
+        conn, pending = owing
+        if _closed(conn):  # closed meanwhile: its replies are lost; this goes elsewhere
+            _abandon(conn, pending, self._lost(conn))
+            return await self._exchange(frame, source, True)
+        try:
+            await self._write_behind(conn, frame)
+            replies = [await self._read(conn) for _ in pending]
+        except BaseException as exc:  # the connection broke: this frame's fate is unknown too
+            _abandon(conn, pending, exc)
+            if isinstance(exc, self._timeout) or not isinstance(exc, self._errors):
+                raise
+            try:
+                return await self._exchange(frame, source, True)  # as on a dead reused connection
+            except BaseException as again:
+                _unsent(again, False)  # whatever stopped it this time, the first try may have landed
+                raise
+        try:
+            reply = await self._read(conn)
+            if await self._rerun_unloaded(conn, pending, replies) and not isinstance(reply, self._noscript):
+                reply = await self._send(conn, frame)  # after them, this time
+            reply = await self._loaded(conn, reply, frame, source)
+        except BaseException as exc:  # the pending replies in hand stand; a NOSCRIPT one never ran
+            _abandon(conn, [], exc)
+            _deliver_each(pending, [exc if isinstance(r, self._noscript) else r for r in replies])
+            raise
+        await self._give(conn)
+        _deliver_each(pending, replies)
+        if isinstance(reply, self._response_error):
+            raise reply
+        return reply
+
+    async def _flush(self, owing: _Owing) -> None:
+        """Read the replies ``owing`` holds and settle them; the connection is the lane's again."""
+        conn, pending = owing
+        try:
+            replies = [await self._read(conn) for _ in pending]
+            await self._rerun_unloaded(conn, pending, replies)
+        except BaseException as exc:
+            _abandon(conn, pending, exc)
+            if _ordinary(exc):
+                return
+            raise  # a time limit too, once every reply pending is settled
+        await self._give(conn)
+        _deliver_each(pending, replies)
+
+    async def _rerun_unloaded(self, conn: Any, pending: _Pending, replies: list[Any]) -> bool:
+        """From the first post that met NOSCRIPT on, every post run again in order, the script
+        loaded (as :meth:`Lane._rerun_unloaded`); returns whether any was."""
+        first = next((i for i, reply in enumerate(replies) if isinstance(reply, self._noscript)), None)
+        if first is None:
+            return False
+        for i in range(first, len(pending)):
+            _, sent, script = pending[i]
+            if not isinstance(replies[i], self._noscript):
+                replies[i] = await self._send(conn, sent)
+            replies[i] = await self._loaded(conn, replies[i], sent, script)
+        return True
+
+    async def _loaded(self, conn: Any, reply: Any, frame: bytes, source: str | bytes) -> Any:
+        """``reply``; or, if NOSCRIPT (a flushed script cache), the reply once the script is
+        loaded and ``frame`` sent again."""
+        if not isinstance(reply, self._noscript):
+            return reply
+        loaded = await self._send(conn, _command(b"SCRIPT", b"LOAD", source))
+        if isinstance(loaded, self._response_error):
+            raise loaded
+        return await self._send(conn, frame)
+
+    async def _read(self, conn: Any) -> Any:
+        """One reply; an error reply is returned, not raised."""
+        try:
+            return await conn.read_response()
+        except self._response_error as exc:  # Redis answered: the connection is as good as before
+            return exc
+
+    @staticmethod
+    def serves(loop: asyncio.AbstractEventLoop) -> bool:
+        """Whether ``loop`` can hold the lane's connections (a loop without attributes of its
+        own cannot: the scripts then go to a thread)."""
+        return hasattr(loop, "__dict__")
+
+    async def _send(self, conn: Any, frame: bytes) -> Any:
+        """Write ``frame`` and read one reply; an error reply is returned, not raised."""
+        await self._write(conn, frame)
+        return await self._read(conn)
+
+    async def _write_behind(self, conn: Any, frame: bytes) -> None:
+        """``frame`` written behind the posts whose replies ``conn`` owes: on its open transport or
+        nowhere. A connection closed since has lost those replies; opened again, the next reply
+        on it would be taken for theirs."""
+        if _closed(conn):
+            raise self._lost(conn)
+        await self._write(conn, frame)
+
+    def _lost(self, conn: Any) -> Exception:
+        """What a connection closed while it pending replies raises (and settles them with)."""
+        where = getattr(conn, "path", None) or f"{conn.host}:{conn.port}"
+        return self._connection_error(f"the connection to {where} was closed while it pending replies")
+
+    async def _write(self, conn: Any, frame: bytes) -> None:
+        """``frame`` handed to the connection's transport, in this task.
+
+        redis-py's ``send_packed_command`` runs each write in a task of its own
+        when the connection has a socket timeout (``asyncio.wait_for``): a task
+        and a trip round the loop per script. A frame the transport took whole
+        is on its way; only one it had to buffer is waited for, within the
+        socket timeout. An unconnected connection connects through redis-py.
+        """
+        writer = writer_of(conn)
+        if writer is None:
+            await conn.send_packed_command(frame, check_health=False)
+            return
+        try:
+            writer.write(frame)
+            if writer.transport.get_write_buffer_size():
+                async with asyncio.timeout(conn.socket_timeout):
+                    await writer.drain()
+            else:
+                await writer.drain()  # never waits here; raises if the connection was lost
+        except TimeoutError:
+            await self._drop(conn)
+            raise self._write_timeout("Timeout writing to socket") from None
+        except OSError as exc:
+            await self._drop(conn)
+            where = getattr(conn, "path", None) or f"{conn.host}:{conn.port}"
+            raise self._connection_error(f"Error writing to {where}: {exc}") from exc
+
+    async def _opened(self) -> tuple[Any, bool]:
+        """:meth:`_take`, connected: a failure here means nothing was sent (see :func:`..errors.sent`)."""
+        conn, reused = await self._take()
+        if writer_of(conn) is None:
+            try:
+                await conn.connect()
+            except Exception as exc:
+                await self._drop(conn)
+                _unsent(exc)
+                raise
+        return conn, reused
+
+    async def _take(self) -> tuple[Any, bool]:
+        idle = await self._stack()
+        if idle:
+            return idle.pop(), True
+        return self._class(**self._settings), False
+
+    async def _give(self, conn: Any) -> None:
+        idle = await self._stack()
+        if len(idle) < self._keep:
+            idle.append(conn)
+        else:
+            await self._drop(conn)
+
+    async def _stack(self) -> list[Any]:
+        """This lane's idle connections on the running loop, which holds them."""
+        loop = asyncio.get_running_loop()
+        stacks = loop.__dict__.get(_STACKS)
+        if stacks is None or stacks[0] != _generation:
+            stacks = await _hold_on(loop)
+        return stacks[1].setdefault(self, [])  # only this loop's thread touches its stacks
+
+    async def _drop(self, conn: Any) -> None:
+        with contextlib.suppress(Exception):
+            await conn.disconnect(nowait=True)
+
+
+_Stacks = tuple[int, "weakref.WeakKeyDictionary[AsyncLane, list[Any]]"]
+
+
+async def _hold_on(loop: asyncio.AbstractEventLoop) -> _Stacks:
+    """Give ``loop`` its stacks, and an async generator that closes them when the loop shuts
+    down its async generators. The generator gets no finalizer: collected with a loop that was
+    closed without that shutdown, it must not schedule anything on it."""
+    stacks: _Stacks = (_generation, weakref.WeakKeyDictionary())
+    keeper = _close_at_shutdown(stacks)
+    setattr(loop, _STACKS, stacks)
+    setattr(loop, _STACKS + "_keeper", keeper)
+    firstiter, finalizer = sys.get_asyncgen_hooks()
+    sys.set_asyncgen_hooks(firstiter=firstiter, finalizer=None)
+    try:
+        await keeper.__anext__()  # parked; registered with the loop by its firstiter hook
+    finally:
+        sys.set_asyncgen_hooks(firstiter=firstiter, finalizer=finalizer)
+    return stacks
+
+
+async def _close_at_shutdown(stacks: _Stacks) -> AsyncIterator[None]:
+    generation, lanes = stacks
+    try:
+        yield
+    finally:
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:  # collected with its closed loop: the transports close the sockets
+            pass
+        else:
+            if generation == _generation:  # never a forked parent's sockets
+                connections = [conn for idle in list(lanes.values()) for conn in idle]
+                for idle in list(lanes.values()):
+                    idle.clear()
+            for conn in connections:
+                with contextlib.suppress(Exception):
+                    await conn.disconnect()
+
+
+_Registry = weakref.WeakKeyDictionary["asyncio.Task[Any]", dict["AsyncLane", _Owing]]
+
+
+def _pending_on(loop: asyncio.AbstractEventLoop) -> _Registry | None:
+    """Per task of ``loop``, the connections that owe it replies (only the loop's thread looks)."""
+    held = loop.__dict__.get(_PENDING)
+    if held is None or held[0] != _generation:
+        return None
+    registry: _Registry = held[1]
+    return registry
+
+
+def _pending_made(loop: asyncio.AbstractEventLoop) -> _Registry:
+    """:func:`_pending_on`, made for ``loop`` if it has none of this process yet."""
+    registry = _pending_on(loop)
+    if registry is None:
+        registry = weakref.WeakKeyDictionary()
+        setattr(loop, _PENDING, (_generation, registry))
+    return registry
+
+
+def _pending_of_this_task(lane: AsyncLane) -> _Owing | None:
+    """The connection on ``lane`` that owes the running task replies, taken from the registry."""
+    loop = asyncio.get_running_loop()
+    owing = _pending_on(loop)
+    if not owing:
+        return None
+    task = asyncio.current_task(loop)
+    mine = owing.get(task) if task is not None else None
+    if not mine or task is None:
+        return None
+    held = mine.pop(lane, None)
+    if not mine:
+        del owing[task]
+    return held
+
+
+def _closed(conn: Any) -> bool:
+    writer = writer_of(conn)
+    return writer is None or bool(writer.transport.is_closing())
+
+
+def _abandon(conn: Any, pending: _Pending, exc: BaseException) -> None:
+    """A connection that failed owing replies: closed at once (never reused), each pending post
+    settled with ``exc``. Synchronous, so a cancelled task still gets it done."""
+    writer = writer_of(conn)
+    if writer is not None:
+        writer.transport.abort()
+    _deliver_all(pending, exc)
+
+
+async def flush_pending() -> None:
+    """Read every reply the running task owes on any async lane, and settle each (an async run's
+    end calls this). A failure settles what it stopped from being read with the error."""
+    loop = asyncio.get_running_loop()
+    owing = _pending_on(loop)
+    task = asyncio.current_task(loop)
+    if not owing or task is None:
+        return
+    mine = owing.pop(task, None)
+    if not mine:
+        return
+    left = list(mine.items())
+    try:
+        while left:
+            lane, held = left[0]
+            await lane._flush(held)
+            left.pop(0)
+    except BaseException as exc:  # cancelled while reading: what is left is settled with it
+        for _, (conn, pending) in left[1:]:
+            _abandon(conn, pending, exc)
+        raise

@@ -1,0 +1,489 @@
+"""EVALSHA on redis-py's own pooled connections, without its per-command machinery.
+
+A command through ``redis.Redis`` costs some 40 µs of Python beyond the round
+trip on loopback: the pool checkout and its observability hooks, argument
+encoding, retries, response callbacks. For the scripts every effect runs, that
+is more than the scripts cost Redis. The wire frames the ``EVALSHA`` itself
+(:mod:`.frames`), writes it with the connection's ``send_packed_command`` and
+reads the reply with its ``read_response`` (hiredis when installed), so
+RESP2/RESP3, push messages, TLS and authentication stay redis-py's.
+
+A connection the wire took from the pool stays the wire's: clean ones on an idle
+stack, ones a failure may have left a reply on closed and kept apart, opened
+again when next taken (see ``Lane._take``); a process that forks starts with
+none. A half-read reply never reaches another command.
+
+A script whose reply can wait (an effect's completion, whose outcome the caller
+does not see) is *pipelined*: written at once, its reply left pending, read by
+the same thread's next exchange on the wire, which writes behind it on the same
+connection, or by :func:`flush_pending` (a run's end). Redis runs it when it
+arrives, as it would any command; only the wait for its reply is gone. A
+connection with pending replies belongs to that thread alone: it is never on a
+stack, never handed back to the pool, and never written on once its socket
+changed (a reply pending on one socket can come on no other).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import weakref
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ....options import is_time_limit
+from ..errors import mark_unsent as _unsent
+from .frames import command as _command
+from .frames import frame as frame_script
+from .redispy import protect_connection as _protect_connection
+from .redispy import socket_of
+
+__all__ = ["Lane", "flush_pending", "lane_for"]
+
+_log = logging.getLogger("effectq.store")
+_lanes: weakref.WeakSet[Lane] = weakref.WeakSet()
+_lanes_lock = threading.Lock()
+_pending = threading.local()
+"""Per thread, ``lanes``: the lanes on which this thread owes replies it has not read."""
+
+OnReply = Callable[[Any], None]
+"""Takes a posted script's reply, or the exception that stopped it being read."""
+
+_Pending = list[tuple[OnReply, bytes, str | bytes]]
+"""Posted scripts whose replies a connection owes: (settle, frame, script source) each."""
+
+_IDLE, _BROKEN, _NEW = object(), object(), object()
+"""Where :meth:`Lane._take` found a connection: the idle stack, the broken one, the pool."""
+
+_MAX_PENDING = 64
+"""Posted replies a connection may owe before the next post reads them first."""
+
+
+def _forget_all() -> None:  # a forked child must not write on, or read from, its parent's sockets
+    global _lanes_lock, _pending
+    _lanes_lock = threading.Lock()  # another thread of the parent may have held it: it is gone
+    for lane in list(_lanes):
+        lane._idle = lane._broken = ()
+        lane._local = threading.local()
+    _pending = threading.local()
+
+
+def flush_pending() -> None:
+    """Read every reply this thread owes on any lane, and settle each (a run's end calls this)."""
+    lanes = getattr(_pending, "lanes", None)
+    if lanes:
+        _pending.lanes = None
+        for lane in lanes:
+            lane.flush()
+
+
+os.register_at_fork(after_in_child=_forget_all)
+
+
+class Lane:
+    """Sends scripts on connections of ``pool``; see the module docstring.
+
+    Args:
+        pool: the client's ``redis.ConnectionPool``.
+        pool_args: what this redis-py's ``get_connection`` needs (old ones want a command name);
+            found out by default.
+    """
+
+    def __init__(self, pool: Any, pool_args: tuple[str, ...] | None = None) -> None:
+        import redis
+
+        self._pool = pool
+        self._pool_args = _pool_args(pool) if pool_args is None else pool_args
+        self._idle: tuple[Any, ...] = ()
+        self._broken: tuple[Any, ...] = ()
+        self._errors = (redis.ConnectionError, OSError)
+        self._timeout = (redis.TimeoutError, TimeoutError)
+        self._response_error = redis.ResponseError
+        self._noscript = redis.exceptions.NoScriptError
+        self._connection_error = redis.ConnectionError
+        self._local = threading.local()
+        """Per thread: ``conn``, a connection owing replies to posts; ``pending``, their settles; and
+        ``sock``, the socket they were written on, the only one they can come on."""
+        with _lanes_lock:
+            _lanes.add(self)
+
+    def evalsha(
+        self, sha: str, source: str | bytes, keys: Sequence[Any], args: Sequence[Any], *, retry: bool
+    ) -> Any:
+        """``EVALSHA sha keys args``; loads ``source`` after a NOSCRIPT and runs it again.
+
+        ``retry``: the script may run twice (a retried claim with the same owner,
+        a completion with the same token): a connection that turns out dead (a
+        Redis restart closed it while idle) is replaced once. A timeout is never
+        retried: the script may be running.
+        """
+        reply = self._exchange(frame_script(sha, keys, args), source, retry, pair=False)
+        if isinstance(reply, self._response_error):
+            raise reply
+        return reply
+
+    def evalsha_wait(
+        self,
+        sha: str,
+        source: str | bytes,
+        keys: Sequence[Any],
+        args: Sequence[Any],
+        *,
+        replicas: int,
+        timeout_ms: int,
+        retry: bool,
+    ) -> tuple[Any, int]:
+        """``EVALSHA`` then ``WAIT replicas timeout_ms`` on the same connection, in one write.
+
+        ``WAIT`` counts the replicas that acknowledged the writes of its own
+        connection, so it must follow the script there. Returns (the script's
+        reply, how many replicas acknowledged).
+        """
+        frame = frame_script(sha, keys, args) + _command(b"WAIT", b"%d" % replicas, b"%d" % timeout_ms)
+        reply, acknowledged = self._exchange(frame, source, retry, pair=True)
+        if isinstance(reply, self._response_error):
+            raise reply
+        if isinstance(acknowledged, self._response_error):
+            raise acknowledged
+        return reply, int(acknowledged)
+
+    def send_pipelined(
+        self, sha: str, source: str | bytes, keys: Sequence[Any], args: Sequence[Any], on_reply: OnReply
+    ) -> bool:
+        """``EVALSHA`` written now; ``settle`` gets its reply when this thread reads it.
+
+        That is at this thread's next exchange on the lane, which writes behind it
+        on the same connection, or at :meth:`flush`. A NOSCRIPT reply is
+        answered by loading the script and running it again before it is settled;
+        a reply that cannot be read settles as the exception that stopped it.
+        Returns False, having settled nothing, when the script could not be written
+        (no connection could be had, or the write failed: the caller runs it the
+        usual way; whatever was pending on that connection is settled with the error).
+        A time limit that lands here is raised, once those are settled.
+        """
+        frame = frame_script(sha, keys, args)
+        lanes = getattr(_pending, "lanes", None)  # first: the run's end must find this lane
+        if lanes is None:
+            _pending.lanes = [self]
+        elif self not in lanes:
+            lanes.append(self)
+        local = self._local
+        held = getattr(local, "conn", None)
+        if held is not None and (len(local.pending) >= _MAX_PENDING or socket_of(held) is not local.sock):
+            self.flush()  # a connection closed meanwhile settles its pending posts as failed
+            held = None
+        conn = None
+        pending: _Pending = []
+        try:
+            if held is None:
+                conn, kind = self._take()
+                self._ready(conn, kind)
+                self._write(conn, frame)
+            else:  # taken from the thread's hands before anything can fail
+                conn, pending, sock = held, local.pending, local.sock
+                local.conn, local.pending, local.sock = None, [], None
+                self._write_behind(conn, frame, sock)
+            sock = socket_of(conn)
+        except BaseException as exc:
+            if conn is not None:
+                try:
+                    conn.disconnect()
+                finally:
+                    self._broken += (conn,)
+            _deliver_all(pending, exc)
+            if _ordinary(exc):
+                return False
+            raise
+        pending += ((on_reply, frame, source),)  # no call from here on: nothing can land in between
+        local.conn, local.pending, local.sock = conn, pending, sock
+        return True
+
+    def flush(self) -> None:
+        """Read the replies this thread owes on the lane and settle them; the connection is free
+        again. A failure settles them with the error; a time limit is raised once they are."""
+        local = self._local
+        conn = getattr(local, "conn", None)
+        if conn is None:
+            return
+        pending, sock = local.pending, local.sock
+        local.conn, local.pending, local.sock = None, [], None
+        try:
+            replies = self._read_pending(conn, sock, pending)
+            self._rerun_unloaded(conn, pending, replies)
+        except BaseException as exc:
+            try:
+                conn.disconnect()
+            finally:
+                self._broken += (conn,)
+            _deliver_all(pending, exc)
+            if _ordinary(exc):
+                return
+            raise
+        self._idle += (conn,)
+        _deliver_each(pending, replies)
+
+    def _read_pending(self, conn: Any, sock: Any, pending: _Pending) -> list[Any]:
+        """The replies ``conn`` owes, which only ``sock`` can bring: a connection closed since
+        (``pool.disconnect()``, a client's ``close()``), or opened again, has lost them."""
+        if socket_of(conn) is not sock:
+            raise self._lost(conn)
+        return [self._read(conn) for _ in pending]
+
+    def _lost(self, conn: Any) -> Exception:
+        """What a connection closed while it pending replies raises (and settles them with)."""
+        return self._connection_error(
+            f"the connection to {conn.host}:{conn.port} was closed while it pending replies"
+        )
+
+    def _rerun_unloaded(self, conn: Any, pending: _Pending, replies: list[Any]) -> bool:
+        """Posts that met NOSCRIPT (a flushed script cache, a Redis restart): the script loaded, and
+        from the first such post on, every post run again in the order they were sent, since those
+        behind it ran before it did. Returns whether any was: the script written behind them ran
+        before them too. (A post is a script that may run twice: a completion with its token.)"""
+        first = next((i for i, reply in enumerate(replies) if isinstance(reply, self._noscript)), None)
+        if first is None:
+            return False
+        for i in range(first, len(pending)):
+            _, frame, source = pending[i]
+            if not isinstance(replies[i], self._noscript):
+                replies[i] = self._send(conn, frame)
+            replies[i] = self._loaded(conn, replies[i], frame, source, pair=False)
+        return True
+
+    def _unloaded(self, answer: Any, pair: bool) -> bool:
+        return isinstance(answer[0] if pair else answer, self._noscript)
+
+    def _loaded(self, conn: Any, answer: Any, frame: bytes, source: str | bytes, *, pair: bool) -> Any:
+        """``answer``; or, if NOSCRIPT, the answer once the script is loaded and ``frame`` sent again."""
+        if not self._unloaded(answer, pair):
+            return answer
+        self._send(conn, _command(b"SCRIPT", b"LOAD", source))
+        return (self._send_pair if pair else self._send)(conn, frame)
+
+    def _exchange(self, frame: bytes, source: str | bytes, retry: bool, *, pair: bool) -> Any:
+        """Write ``frame`` on a connection of the lane; read one reply, or two (``pair``).
+
+        The connection is taken inside the ``try``: whatever stops the exchange, a
+        signal's exception included, it is closed and kept (opened again when next
+        taken), never lost to the pool nor handed out with a reply half read.
+        """
+        send = self._send_pair if pair else self._send
+        local = self._local
+        if getattr(local, "conn", None) is not None:
+            if retry:
+                return self._exchange_behind(frame, source, pair)
+            self.flush()  # one that may not run twice is not written behind posts (see there)
+        conn = None
+        try:
+            conn, kind = self._take()
+            self._ready(conn, kind)
+            try:
+                answer = send(conn, frame)
+            except self._timeout:
+                raise
+            except self._errors:
+                if not (retry and kind is _IDLE):
+                    raise
+                conn.disconnect()  # dead while idle (a Redis restart closed it): opened again, once
+                answer = send(conn, frame)
+            answer = self._loaded(conn, answer, frame, source, pair=pair)
+        except BaseException:
+            if conn is not None:
+                try:
+                    conn.disconnect()
+                finally:
+                    self._broken += (conn,)
+            raise
+        self._idle += (conn,)
+        return answer
+
+    def _exchange_behind(self, frame: bytes, source: str | bytes, pair: bool) -> Any:
+        """An exchange on the connection that owes this thread replies: written behind them, in one go.
+
+        The pending replies are read first (they come first), then this one; the pending
+        are settled once the connection is clean and back on the stack. A post that
+        met NOSCRIPT ran after this script did: the posts from there on run again,
+        then this script, so that it sees what they wrote. Hence only a script that
+        may run twice (``retry``) is written here; and, its connection broken, it is
+        sent again on another.
+        """
+        local = self._local
+        conn, pending, sock = local.conn, local.pending, local.sock
+        local.conn, local.pending, local.sock = None, [], None
+        written = False
+        try:
+            if socket_of(conn) is not sock:  # closed meanwhile: its replies are lost
+                raise self._lost(conn)
+            written = True
+            self._write(conn, frame)
+            replies = self._read_pending(conn, sock, pending)
+        except BaseException as exc:
+            try:
+                conn.disconnect()
+            finally:
+                self._broken += (conn,)
+            _deliver_all(pending, exc)
+            if not written and isinstance(exc, self._connection_error):
+                return self._exchange(frame, source, True, pair=pair)  # nothing of it was written
+            if isinstance(exc, self._timeout) or not isinstance(exc, self._errors):
+                raise
+            try:  # the connection broke: this frame's fate is unknown too
+                return self._exchange(frame, source, True, pair=pair)  # as on a dead reused connection
+            except BaseException as again:
+                _unsent(again, False)  # whatever stopped it this time, the first try may have landed
+                raise
+        try:
+            answer = self._read_pair(conn) if pair else self._read(conn)
+            if self._rerun_unloaded(conn, pending, replies) and not self._unloaded(answer, pair):
+                answer = (self._send_pair if pair else self._send)(conn, frame)  # after them, this time
+            answer = self._loaded(conn, answer, frame, source, pair=pair)
+        except BaseException as exc:  # the pending replies in hand stand; a NOSCRIPT one never ran
+            try:
+                conn.disconnect()
+            finally:
+                self._broken += (conn,)
+            _deliver_each(pending, [exc if isinstance(r, self._noscript) else r for r in replies])
+            raise
+        self._idle += (conn,)
+        _deliver_each(pending, replies)
+        return answer
+
+    def close(self) -> None:
+        """OnReply what this thread owes, and hand the lane's connections back to the pool."""
+        self.flush()
+        idle, self._idle = self._idle, ()
+        broken, self._broken = self._broken, ()
+        for conn in broken:
+            conn.disconnect()
+        for conn in (*idle, *broken):
+            self._pool.release(conn)
+
+    # -- connections ---------------------------------------------------------------------
+    #
+    # A connection is the lane's from the moment it is taken until it is handed back: on
+    # ``_idle`` when clean, on ``_broken`` when a failure may have left a reply on it (closed,
+    # and closed again when taken, in case a signal cut the first close short). Both are
+    # tuples, added to and taken from without a call in between: no signal's exception can
+    # land there and lose a connection, and no other thread can see it half taken.
+
+    def _take(self) -> tuple[Any, object]:
+        """A connection and where it came from: ``_IDLE``, ``_BROKEN``, or the pool (``_NEW``)."""
+        idle = self._idle
+        if idle:
+            self._idle = idle[:-1]
+            return idle[-1], _IDLE
+        broken = self._broken
+        if broken:
+            self._broken = broken[:-1]
+            return broken[-1], _BROKEN
+        try:
+            conn = self._pool.get_connection(*self._pool_args)
+        except Exception as exc:  # nothing was sent
+            _unsent(exc)
+            raise
+        _protect_connection(conn)  # made before the store gave the pool its packer
+        return conn, _NEW
+
+    def _ready(self, conn: Any, kind: object) -> None:
+        """``conn`` connected (a broken one closed first): a failure here means nothing was sent
+        (see :func:`~effectq.store.redis.errors.sent`)."""
+        try:
+            if kind is _BROKEN:
+                conn.disconnect()
+            conn.connect()  # if closed while idle (``pool.disconnect()``); else it returns at once
+        except Exception as exc:
+            _unsent(exc)
+            raise
+
+    def _write_behind(self, conn: Any, frame: bytes, sock: Any) -> None:
+        """``frame`` written behind the posts whose replies ``conn`` owes on ``sock``: there or
+        nowhere. A connection closed since has lost those replies; opened again, the next reply
+        on it would be taken for theirs."""
+        if socket_of(conn) is not sock:
+            raise self._lost(conn)
+        self._write(conn, frame)
+
+    def _write(self, conn: Any, frame: bytes) -> None:
+        """``frame`` written on ``conn``, connected first if it is not (only one that owes
+        nothing: see :meth:`_write_behind`). redis-py raises its ``ConnectionError`` or
+        ``TimeoutError``, the connection closed."""
+        conn.send_packed_command((frame,), check_health=False)
+
+    def _read(self, conn: Any) -> Any:
+        """One reply; an error reply is returned, not raised (the connection is as good as before)."""
+        try:
+            return conn.read_response()
+        except self._response_error as exc:
+            return exc
+
+    def _send(self, conn: Any, frame: bytes) -> Any:
+        self._write(conn, frame)
+        return self._read(conn)
+
+    def _send_pair(self, conn: Any, frame: bytes) -> tuple[Any, Any]:
+        """Two commands written at once; both replies read, so none is left on the socket."""
+        self._write(conn, frame)
+        return self._read_pair(conn)
+
+    def _read_pair(self, conn: Any) -> tuple[Any, Any]:
+        first = self._read(conn)
+        return first, self._read(conn)
+
+
+def _ordinary(exc: BaseException) -> bool:
+    """Whether ``exc`` is a failure the wire reports in what it returns, once what was pending is
+    settled with it; else (a time limit, a ``BaseException``) it is the caller's, raised."""
+    return isinstance(exc, Exception) and not is_time_limit(exc)
+
+
+def _deliver_all(pending: _Pending, outcome: Any) -> None:
+    _deliver_each(pending, [outcome] * len(pending))
+
+
+def _deliver_each(pending: _Pending, replies: list[Any]) -> None:
+    """Hand each posted script its reply. A settle that raises is logged: it must not fail the
+    exchange whose reply came with it, nor keep the others from theirs. A time limit raised in
+    one is the task's: raised once every other got its reply."""
+    limit: BaseException | None = None
+    for (on_reply, _, _), reply in zip(pending, replies, strict=True):
+        try:
+            on_reply(reply)
+        except Exception as exc:
+            if is_time_limit(exc):
+                limit = limit or exc
+            else:
+                _log.exception("effectq: settling a posted script's reply failed")
+    if limit is not None:
+        raise limit
+
+
+def lane_for(client: Any) -> Lane | None:
+    """A lane for a plain ``redis.Redis`` on a ``redis.ConnectionPool``, else None.
+
+    Subclasses, cluster clients, single-connection clients, blocking pools (whose
+    bound the lane's held connections would eat into) and client-side caching
+    (whose invalidations arrive on the connection) go through redis-py.
+    """
+    try:
+        import redis
+    except ImportError:  # pragma: no cover - a client without redis-py installed
+        return None
+    pool = getattr(client, "connection_pool", None)
+    if type(client) is not redis.Redis or getattr(client, "connection", None) is not None:
+        return None
+    if type(pool) is not redis.ConnectionPool or getattr(pool, "cache", None) is not None:
+        return None
+    base = getattr(redis.connection, "AbstractConnection", redis.connection.Connection)
+    if not (isinstance(pool.connection_class, type) and issubclass(pool.connection_class, base)):
+        return None
+    return Lane(pool)
+
+
+def _pool_args(pool: Any) -> tuple[str, ...]:
+    """What ``pool.get_connection`` needs: redis-py 5 wants a command name, later ones nothing."""
+    import inspect
+
+    parameter = inspect.signature(pool.get_connection).parameters.get("command_name")
+    needs_name = parameter is not None and parameter.default is inspect.Parameter.empty
+    return ("EVALSHA",) if needs_name else ()

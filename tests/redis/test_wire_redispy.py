@@ -1,0 +1,97 @@
+"""What the wire reads of redis-py beyond its public API holds on the redis-py installed.
+
+effectq.store.redis.wire.redispy is the one module that reads redis-py's private
+attributes; each is asserted here, and tox runs this file on the oldest and
+newest redis-py of each major line the project supports.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+
+import pytest
+import redis
+import redis.asyncio
+
+import effectq
+from effectq.store.redis.wire import frames, redispy
+from effectq.store.redis.wire.aio import AsyncLane, async_lane_for
+from effectq.store.redis.wire.sync import lane_for
+
+
+def test_socket_of_is_the_socket_a_connection_holds_and_a_new_one_after_a_reconnect(redis_url: str) -> None:
+    """A reply is pending on one socket: the wire tells a reconnected connection by its socket."""
+    pool = redis.ConnectionPool.from_url(redis_url)
+    conn = pool.get_connection("PING") if _needs_name(pool) else pool.get_connection()
+    try:
+        conn.connect()
+        first = redispy.socket_of(conn)
+        assert isinstance(first, socket.socket)
+        conn.send_packed_command((frames.command(b"PING"),), check_health=False)
+        assert conn.read_response() in (b"PONG", "PONG")
+        assert redispy.socket_of(conn) is first
+        pool.disconnect()  # what a client's close() or a fork guard does to connections in use
+        assert redispy.socket_of(conn) is None
+        conn.connect()
+        assert redispy.socket_of(conn) is not None and redispy.socket_of(conn) is not first
+    finally:
+        pool.release(conn)
+        pool.disconnect()
+
+
+def test_writer_of_writes_without_awaiting(redis_url: str) -> None:
+    """An asyncio connection's writer takes a frame from plain code; its reply reads as usual."""
+
+    async def main() -> None:
+        conn = redis.asyncio.Connection(**redis.asyncio.ConnectionPool.from_url(redis_url).connection_kwargs)
+        assert redispy.writer_of(conn) is None
+        await conn.connect()
+        try:
+            writer = redispy.writer_of(conn)
+            assert isinstance(writer, asyncio.StreamWriter)
+            writer.write(frames.command(b"PING"))
+            assert await conn.read_response() in (b"PONG", "PONG")
+        finally:
+            await conn.disconnect()
+        assert redispy.writer_of(conn) is None
+
+    asyncio.run(main())
+
+
+def test_a_default_client_gets_both_wires(redis_url: str) -> None:
+    """Every setting this redis-py's pool holds by default is one the asyncio wire carries over or
+    leaves out: a client made the usual way gets the sync and the async wire."""
+    for client in (redis.Redis.from_url(redis_url), effectq.RedisStore.from_url(redis_url).client):
+        lane = lane_for(client)
+        assert lane is not None
+        assert isinstance(async_lane_for(client, lane), AsyncLane), client.connection_pool.connection_kwargs
+        client.close()
+
+
+@pytest.mark.skipif(not frames.hiredis_packs(redis.connection.Connection), reason="redis-py packs in Python")
+def test_protect_pool_gives_idle_connections_the_signal_safe_packer(redis_url: str) -> None:
+    """A pool's idle connections, made before the store protected it, get its packer too."""
+    pool = redis.ConnectionPool.from_url(redis_url)
+    conn = pool.get_connection("PING") if _needs_name(pool) else pool.get_connection()
+    pool.release(conn)
+    assert type(conn._command_packer).__name__ == "HiredisRespSerializer"
+    redispy.protect_pool(pool)
+    assert isinstance(conn._command_packer, frames.SignalSafePacker)
+    made = pool.get_connection("PING") if _needs_name(pool) else pool.get_connection()
+    try:
+        assert isinstance(made._command_packer, frames.SignalSafePacker)
+        assert made is conn
+        other = pool.get_connection("PING") if _needs_name(pool) else pool.get_connection()
+        assert isinstance(other._command_packer, frames.SignalSafePacker)
+        pool.release(other)
+    finally:
+        pool.release(made)
+        pool.disconnect()
+
+
+def _needs_name(pool: redis.ConnectionPool) -> bool:
+    import inspect
+
+    parameter = inspect.signature(pool.get_connection).parameters.get("command_name")
+    return parameter is not None and parameter.default is inspect.Parameter.empty
