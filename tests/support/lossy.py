@@ -20,7 +20,7 @@ from effectq.chaos.proxy import Proxy
 def script_sha(client: redis.Redis, name: str) -> bytes:
     """Load effectq's ``name`` script on the server (so no NOSCRIPT answers its first call), and
     return its SHA, as ``EVALSHA`` carries it."""
-    source = resources.files("effectq.store").joinpath("lua", f"{name}.lua").read_text("utf-8")
+    source = resources.files("effectq.store.redis").joinpath("lua", f"{name}.lua").read_text("utf-8")
     sha = client.script_load(source)
     return (sha if isinstance(sha, str) else sha.decode()).encode()
 
