@@ -27,9 +27,9 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from . import events
+    from ._engine.calls import Applied
     from .context import EffectContext, KeyContext, current_effect
     from .effect import Effect, effect
-    from .engine import Applied
     from .errors import (
         ClaimNotReplicatedError,
         CompletionNotReplicatedError,
@@ -66,7 +66,7 @@ __version__ = "0.1.0"
 _SOURCES = {
     ".context": ("EffectContext", "KeyContext", "current_effect"),
     ".effect": ("Effect", "effect"),
-    ".engine": ("Applied",),
+    "._engine.calls": ("Applied",),
     ".errors": (
         "ClaimNotReplicatedError",
         "CompletionNotReplicatedError",

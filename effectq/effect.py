@@ -19,20 +19,14 @@ from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from datetime import timedelta
 from typing import Any, Generic, ParamSpec, TypeVar, overload
 
+from ._engine.calls import Call, is_crash, new_owner
+from ._engine.drive import run_async, run_sync
+from ._engine.ops import InvokeOp, run_op_async, run_op_sync
+from ._engine.procedure import procedure
+from ._runtime.singleflight import Flight, flights
 from .canonical import canonical_arguments
 from .codec import ResultCodec, result_annotation
 from .context import EffectContext, KeyContext, bind_effect, unbind_effect
-from .engine import (
-    Call,
-    InvokeOp,
-    is_crash,
-    new_owner,
-    procedure,
-    run_async,
-    run_op_async,
-    run_op_sync,
-    run_sync,
-)
 from .errors import (
     ConfigurationError,
     InProgress,
@@ -41,7 +35,6 @@ from .errors import (
     ReentrantEffectError,
     describe_exception,
 )
-from .flights import Flight, flights
 from .keys import check_key, check_name, default_key, sha256
 from .options import (
     FROM_ANNOTATION,

@@ -17,7 +17,7 @@ import pytest
 import redis
 
 import effectq
-from effectq.heartbeat import heartbeat
+from effectq._runtime.leases import heartbeat
 
 from .servers import Server
 

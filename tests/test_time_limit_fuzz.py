@@ -112,7 +112,7 @@ def test_a_time_limit_between_a_claim_granted_after_a_wait_and_the_function_give
     never left dispatched."""
     from billiard.exceptions import SoftTimeLimitExceeded
 
-    from effectq.heartbeat import heartbeat
+    from effectq._runtime.leases import heartbeat
 
     run_id = f"waited-{uuid.uuid4().hex[:8]}"
     waiter = threading.current_thread()
@@ -239,7 +239,7 @@ def _fuzz(url: str, namespace: str, seed: int, calls: int) -> dict[str, Any]:
     faulthandler.dump_traceback_later(WATCHDOG, exit=True)
 
     import effectq
-    from effectq.heartbeat import heartbeat
+    from effectq._runtime.leases import heartbeat
 
     rng = random.Random(seed)
     client = redis.Redis.from_url(url)  # reads and cleans up, outside the storm

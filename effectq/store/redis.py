@@ -27,6 +27,7 @@ from dataclasses import replace
 from importlib import resources
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from .._runtime.leases import heartbeat
 from ..errors import (
     ClaimNotReplicatedError,
     CompletionNotReplicatedError,
@@ -36,7 +37,6 @@ from ..errors import (
     ResolveRefusedError,
     StoreError,
 )
-from ..heartbeat import heartbeat
 from ..keys import check_namespace, key_digest, sha256, split_default_key
 from ..options import Duration, is_time_limit, seconds
 from .async_lane import AsyncLane, async_lane_for

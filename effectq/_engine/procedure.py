@@ -1,0 +1,568 @@
+"""The procedure: claim, then replay, wait, reconcile or execute, then record.
+
+Written once, as a generator that yields operations (see :mod:`.ops`) and receives
+their results; :mod:`.drive` runs it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Generator
+from typing import TYPE_CHECKING, Any
+
+from .._runtime.leases import Lease, heartbeat
+from .._runtime.repairs import (
+    _complete_later,
+    _completion,
+    _cut_after_return,
+    _failed_later,
+    _give_back_later,
+    _give_back_unrun,
+    _log_taken_over,
+    _refusal,
+    _take_back_later,
+    _write_later,
+)
+from ..codec import DecodeError
+from ..errors import (
+    ClaimNotReplicatedError,
+    CompletionNotReplicatedError,
+    CorruptRecordError,
+    EffectqError,
+    InProgress,
+    InputMismatchError,
+    OutcomeUnknown,
+    ReconcileError,
+    ResultDecodeError,
+    ResultNotRecordedError,
+    StoreError,
+    describe_exception,
+)
+from ..events import EventKind
+from ..options import OnMismatch
+from ..store.base import Claim, ClaimKind, ResultState, Status
+from .calls import Applied, Call, First, _emit, is_crash
+from .ops import BlockOp, InvokeOp, Op, Procedure, ReconcileOp, SleepOp, StoreOp, WatchOp
+
+if TYPE_CHECKING:
+    pass
+
+
+log_claim = logging.getLogger("effectq.claim")
+
+
+log_replay = logging.getLogger("effectq.replay")
+
+
+log_wait = logging.getLogger("effectq.wait")
+
+
+log_complete = logging.getLogger("effectq.complete")
+
+
+log_release = logging.getLogger("effectq.release")
+
+
+log_unknown = logging.getLogger("effectq.unknown")
+
+
+log_reconcile = logging.getLogger("effectq.reconcile")
+
+
+MAX_BLOCK = 2.0
+"""Longest single wait for a notification before re-checking the store (a missed
+notification costs at most this much latency)."""
+
+
+COMPLETE_RETRIES = (0.05, 0.2, 0.5)
+"""Pauses between inline retries of a completion the store failed to take."""
+
+
+_COMPLETE_PAUSES = (*COMPLETE_RETRIES, None)
+
+
+CLAIM_RETRIES = (0.05, 0.25, None)
+"""Pauses between tries of a claim whose round trip failed (None: give up)."""
+
+
+_NOT_FOUND = object()
+
+
+def _store(
+    call: Call, fn: Callable[..., Any], *args: Any, first: First | None = None, **kwargs: Any
+) -> Generator[Op, Any, Any]:
+    """One store primitive (or ``first``, its outcome in hand already); a failure is
+    reported as a store_error event and raised."""
+    started = time.time_ns() if first is None else first.started
+    try:
+        if first is not None:
+            return first.take()
+        return (yield StoreOp(fn, *args, **kwargs))
+    except StoreError as exc:
+        _emit(call, EventKind.STORE_ERROR, started, error=str(exc), step=getattr(fn, "__name__", "store"))
+        raise
+
+
+def _claim(call: Call, first: First | None = None) -> Generator[Op, Any, tuple[Claim, int]]:
+    """Claim, retrying a failed round trip with the same owner (the grant comes back, not a conflict).
+
+    When every try fails, or the wait for its reply is interrupted (a cancelled task,
+    a time limit), the claim may still have landed: nothing ran under it, so the
+    heartbeat keeps trying to take it back and release it, rather than leave a
+    dispatched record to turn into a false unknown; unless no try was sent at all (a
+    connection refused): then no claim can exist. ``first``: the first try, made already.
+    """
+    store, key = call.store, call.key
+    unanswered = False  # whether a failed try may have reached the store
+    for pause in CLAIM_RETRIES:
+        taken, first = first, None
+        started = time.time_ns() if taken is None else taken.started
+        try:
+            claim = yield from _store(call, store.claim, key, call.request, first=taken)
+        except CorruptRecordError:
+            raise
+        except ClaimNotReplicatedError as exc:
+            yield from _give_back(call, exc)
+            raise
+        except StoreError as exc:
+            unanswered = unanswered or exc.sent
+            if pause is None:
+                if unanswered:
+                    _take_back_later(call, "unanswered")
+                raise
+            yield SleepOp(pause)
+            continue
+        except BaseException as exc:
+            if not isinstance(exc, EffectqError | GeneratorExit) and not is_crash(exc):
+                # Interrupted while its reply was awaited (a cancelled task, a time limit, ^C):
+                # the claim may land all the same, with nothing to run under it.
+                _take_back_later(call, "interrupted", after=0.0)
+            raise
+        return claim, started
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _give_back(call: Call, exc: ClaimNotReplicatedError) -> Generator[Op, Any, None]:
+    """Hand back a claim too few replicas acknowledged: the function never ran under it.
+
+    Released, so the next call applies the effect rather than meet a false unknown
+    once the lease runs out; a replay-safe re-dispatch of an unknown goes back to
+    unknown. Neither write is waited for: if a failover loses it, the replica has
+    the claim (its lease runs out: unknown) or nothing (the next call applies).
+    """
+    claim = exc.claim
+    log_claim.error("%s; the claim is given back", exc)
+    if claim.error:
+        yield from _write(
+            "mark_unknown", call, call.store.mark_unknown, call.key, claim.token, error=claim.error
+        )
+        return
+    yield from _write(
+        "release",
+        call,
+        call.store.release,
+        call.key,
+        claim.token,
+        error="claim not acknowledged by enough replicas; never run",
+        retention_ms=call.effect.options.retention_ms,
+    )
+
+
+def procedure(call: Call, first: First | None = None) -> Procedure:
+    """Claim the effect and do what the claim says. Returns (value, executed).
+
+    ``first``: the first claim, made already (see :func:`run_sync`).
+    """
+    effect, store, key = call.effect, call.store, call.key
+    options = effect.options
+    waiting_since: int | None = None
+    watch: Any = None
+    prefetched = call.run.prefetched
+    if prefetched is not None:
+        started = time.time_ns()
+        found = prefetched.get(key)
+        if found is not None:
+            value = _replay(call, found)
+            _emit(call, EventKind.REPLAYED, started, attempt=found.attempt)
+            return value, False
+    granted: int | None = None  # the token of a grant nothing has run under yet
+    try:
+        try:
+            while True:
+                claim, started = yield from _claim(call, first)
+                if claim.kind is ClaimKind.CLAIMED:
+                    granted = claim.token
+                first = None
+                kind = claim.kind
+                if kind is not ClaimKind.IN_FLIGHT and waiting_since is not None:
+                    _emit(call, EventKind.WAITED, waiting_since)
+                    waiting_since = None
+                if kind is ClaimKind.COMPLETED:
+                    value = _replay(call, claim)
+                    _emit(call, EventKind.REPLAYED, started, attempt=claim.attempt)
+                    if claim.prefetch_hint is not None:
+                        yield from _prefetch(call, claim.prefetch_hint)
+                    return value, False
+                if kind is ClaimKind.CLAIMED:
+                    token, attempt = claim.token, claim.attempt
+                    _emit(call, EventKind.CLAIMED, started, attempt=attempt)
+                    break
+                if kind is ClaimKind.RECONCILE:
+                    found = yield from _reconcile(call, claim)
+                    if found is not _NOT_FOUND:
+                        return found, False
+                    attempt = yield from _dispatch(call, claim.token)
+                    if not attempt:
+                        log_reconcile.warning(
+                            "effectq lost the claim of %s after reconcile; looking again", key
+                        )
+                        continue
+                    token = granted = claim.token
+                    _emit(call, EventKind.CLAIMED, started, attempt=attempt)
+                    break
+                if kind is ClaimKind.IN_FLIGHT:
+                    if waiting_since is None:
+                        waiting_since = started
+                        call.run.stats.waited += 1
+                        log_wait.debug("effectq %s in flight (holder %s); waiting", key, claim.owner)
+                    waited = (time.time_ns() - waiting_since) / 1e9
+                    remaining = options.wait - waited
+                    if remaining <= 0:
+                        call.run.stats.failed += 1
+                        _emit(call, EventKind.IN_PROGRESS, waiting_since, error=claim.owner)
+                        raise InProgress(key, name=effect.name, waited=waited, owner=claim.owner)
+                    if watch is None:  # subscribe, then look again: no notification is missed
+                        watch = yield WatchOp(store, key)
+                        continue
+                    yield BlockOp(watch, min(remaining, claim.lease_ms / 1000.0 + 0.05, MAX_BLOCK))
+                    continue
+                # UNKNOWN: may have applied, and this caller may neither reconcile nor replay.
+                call.run.stats.failed += 1
+                _emit(call, EventKind.UNKNOWN, started, attempt=claim.attempt, error=claim.error)
+                raise OutcomeUnknown(
+                    key,
+                    name=effect.name,
+                    reason=claim.error,
+                    record=None,
+                    namespace=store.namespace,
+                )
+        finally:
+            if watch is not None:
+                watch.close()
+        if claim.status is Status.DISPATCHED and claim.kind is ClaimKind.CLAIMED and claim.error:
+            log_unknown.warning(
+                "effectq re-executing %s after an unknown outcome (%s): it is declared replay-safe "
+                "(safe to repeat, or deduped by its idempotency key)",
+                key,
+                claim.error,
+            )
+    except BaseException as exc:
+        if granted is None:
+            raise
+        # Cut between the grant and the function (a time limit): nothing ran under it. A
+        # re-dispatched unknown goes back to unknown (as _give_back does); any other is released.
+        if claim.error and not is_crash(exc):
+            error = {"error": claim.error}
+            _write_later("mark_unknown", call, store.mark_unknown, (key, granted), error, exc)
+        else:
+            _give_back_unrun(call, granted, None, exc)
+        raise
+    return (yield from _execute(call, token, attempt)), True
+
+
+def _prefetch(call: Call, hint: Any) -> Generator[Op, Any, None]:
+    """A replay means a redelivery: fetch the run's other completed effects at once.
+
+    The claim that found the replay also brought the run's index (``hint``), so this
+    is one round trip, and none when the run has no other completed effect. Later
+    calls of the run then replay without a round trip each. Best effort: a failure
+    only means the calls claim as usual.
+    """
+    run, store = call.run, call.store
+    fetch = getattr(store, "prefetch", None)
+    if run.prefetch_tried or fetch is None or hint is None:
+        return
+    run.prefetch_tried = True
+    try:
+        run.prefetched = yield StoreOp(fetch, run.id, hint)
+    except StoreError as exc:
+        log_replay.debug("effectq prefetch of run %s failed (%s); claiming one by one", run.id, exc)
+
+
+def _check_input(call: Call, recorded_hash: str) -> None:
+    """A key recorded with another input than this call's: raise, or warn (``on_mismatch``)."""
+    effect = call.effect
+    if call.input_hash and recorded_hash and call.input_hash != recorded_hash:
+        if effect.options.on_mismatch is OnMismatch.RAISE:
+            raise InputMismatchError(
+                call.key, name=effect.name, recorded_hash=recorded_hash, input_hash=call.input_hash
+            )
+        log_replay.warning(
+            "effectq %s key %s was recorded with a different input (%s, now %s); returning the "
+            "recorded result",
+            effect.name,
+            call.key,
+            recorded_hash[:12],
+            call.input_hash[:12],
+        )
+
+
+def _replay(call: Call, claim: Claim) -> Any:
+    effect = call.effect
+    _check_input(call, claim.input_hash)
+    call.run.stats.replayed += 1
+    log_replay.debug("effectq replay %s", call.key)
+    if claim.result_state is not ResultState.STORED:
+        raise ResultNotRecordedError(call.key, name=effect.name, reason=claim.result_state.value)
+    if claim.result is None:
+        raise CorruptRecordError(call.key, "completed without a result")
+    try:
+        return effect.codec.decode(claim.result)
+    except DecodeError as exc:
+        raise ResultDecodeError(call.key, name=effect.name, detail=str(exc).splitlines()[0]) from exc
+
+
+def _reconcile(call: Call, claim: Claim) -> Generator[Op, Any, Any]:
+    """Ask the remote system (the caller holds a reconcile lease). Returns the found value or _NOT_FOUND."""
+    effect, store, key = call.effect, call.store, call.key
+    options = effect.options
+    lease = heartbeat.hold(store, key, claim.token, options.lease_ms)
+    ctx = call.context(claim.token, claim.attempt, lease)
+    started = time.time_ns()
+    try:
+        found = yield ReconcileOp(call, ctx)
+    except BaseException as exc:
+        heartbeat.drop(lease)
+        if is_crash(exc) or not isinstance(exc, Exception):
+            raise
+        yield from _write(
+            "release",
+            call,
+            store.release,
+            key,
+            claim.token,
+            error=f"reconcile raised {describe_exception(exc)}",
+            retention_ms=options.retention_ms,
+        )
+        log_reconcile.warning("effectq reconcile of %s raised %s", key, describe_exception(exc))
+        call.run.stats.failed += 1
+        if claim.status is Status.UNKNOWN:
+            raise OutcomeUnknown(
+                key,
+                name=effect.name,
+                reason=f"{claim.error}; reconcile raised {describe_exception(exc, 200)}",
+                namespace=store.namespace,
+            ) from exc
+        raise ReconcileError(key, name=effect.name) from exc
+    heartbeat.drop(lease)
+    if found is None:
+        log_reconcile.info("effectq reconcile of %s: not applied; executing", key)
+        return _NOT_FOUND
+    if isinstance(found, Applied):
+        found = found.value
+    try:
+        value = effect.codec.coerce(found)
+    except DecodeError as exc:
+        log_reconcile.warning(
+            "effectq reconcile of %s found a value that does not validate as the return type (%s); "
+            "recording it as found",
+            key,
+            str(exc).splitlines()[0],
+        )
+        value = found
+    yield from _record(call, claim.token, value)
+    call.run.stats.reconciled += 1
+    _emit(call, EventKind.RECONCILED, started, attempt=claim.attempt)
+    log_reconcile.info("effectq reconcile of %s: already applied; recorded", key)
+    # What applied is the attempt recorded under the key, whose identity the record keeps: a
+    # caller whose input differs is told so, as it would be by a replay of that attempt.
+    _check_input(call, claim.input_hash)
+    return value
+
+
+def _dispatch(call: Call, token: int) -> Generator[Op, Any, int]:
+    """After a reconcile found nothing: dispatch under its token. Returns the attempt (0: lost).
+
+    A failed round trip is tried again with the same token (a retried dispatch gets its attempt
+    back, with a lease from the retry). When every try fails, or the wait for its reply is
+    interrupted, the dispatch may have landed with nothing run under it: the heartbeat gives it
+    back (a release), rather than leave a dispatched record nobody runs to turn unknown.
+    """
+    store, key, lease_ms = call.store, call.key, call.effect.options.lease_ms
+    for pause in CLAIM_RETRIES:
+        try:
+            attempt: int = yield from _store(call, store.dispatch, key, token, lease_ms=lease_ms)
+            return attempt
+        except ClaimNotReplicatedError as exc:
+            yield from _give_back(call, exc)
+            raise
+        except CorruptRecordError:
+            raise
+        except StoreError:
+            if pause is None:
+                _give_back_later(call, token)
+                raise
+            yield SleepOp(pause)
+        except BaseException as exc:
+            if not isinstance(exc, EffectqError | GeneratorExit) and not is_crash(exc):
+                _give_back_later(call, token)  # interrupted while its reply was awaited
+            raise
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _execute(call: Call, token: int, attempt: int) -> Generator[Op, Any, Any]:
+    """Run the function under the claim ``token`` holds, then record what it did.
+
+    An exception raised into the call (a time limit) records what is true of where it
+    landed: before the function ran, the claim is given back; in the function, it is
+    the function's; after it returned, the completion is recorded all the same.
+    """
+    lease: Lease | None = None
+    invoked = False
+    try:
+        lease = Lease(call.store, call.key, token, call.effect.options.lease_ms)
+        heartbeat.keep(lease)
+        ctx = call.context(token, attempt, lease)
+        started = time.time_ns()
+        invoked = True
+        value = yield InvokeOp(ctx)
+    except BaseException as exc:
+        if not invoked:
+            _give_back_unrun(call, token, lease, exc)
+            raise
+        try:
+            yield from _failed(call, token, attempt, lease, started, exc)
+        except BaseException as cut:
+            if cut is not exc:
+                _failed_later(call, token, lease, exc, cut)
+            raise
+        raise  # pragma: no cover - _failed raises
+    try:
+        heartbeat.drop(lease)
+        call.run.stats.executed += 1
+        _emit(call, EventKind.EXECUTED, started, attempt=attempt)
+    except BaseException as exc:
+        _cut_after_return(call, token, lease, value, exc)
+        raise
+    yield from _record(call, token, value, attempt)
+    return value
+
+
+def _failed(
+    call: Call, token: int, attempt: int, lease: Any, started: int, exc: BaseException
+) -> Generator[Op, Any, None]:
+    """The function raised: record unknown or released (as its exception says), then raise it.
+
+    Its callers hand the write to the heartbeat when another exception (a time limit)
+    cuts this short: see :func:`_failed_later`.
+    """
+    effect, store, key = call.effect, call.store, call.key
+    options = effect.options
+    heartbeat.drop(lease)
+    call.run.stats.failed += 1
+    if is_crash(exc):
+        raise exc
+    maybe = options.maybe_applied(exc)
+    _emit(
+        call,
+        EventKind.UNKNOWN if maybe else EventKind.RELEASED,
+        started,
+        attempt=attempt,
+        error=describe_exception(exc),
+        step="execute",
+    )
+    if maybe:
+        log_unknown.error(
+            "effectq %s raised %s, which may mean it applied: recorded as unknown (key %s)",
+            effect.name,
+            describe_exception(exc),
+            key,
+        )
+        yield from _write("mark_unknown", call, store.mark_unknown, key, token, error=describe_exception(exc))
+    else:
+        log_release.info(
+            "effectq %s raised %s: not applied, released (key %s)", effect.name, type(exc).__name__, key
+        )
+        yield from _write(
+            "release",
+            call,
+            store.release,
+            key,
+            token,
+            error=describe_exception(exc),
+            retention_ms=options.retention_ms,
+        )
+    raise exc
+
+
+def _record(
+    call: Call,
+    token: int,
+    value: Any,
+    attempt: int = 0,
+    first: First | None = None,
+    encoded: tuple[bytes | None, ResultState, str] | None = None,
+) -> Generator[Op, Any, None]:
+    """Record the result. :func:`run_sync` hands on what it did already: ``encoded``, the
+    result as the codec encoded it, and ``first``, the first completion's outcome.
+
+    An exception raised into this (a time limit, a cancellation) before the completion
+    is known to have landed hands it to the heartbeat, tried at once, and is raised.
+    """
+    effect, store, key = call.effect, call.store, call.key
+    options = effect.options
+    kwargs: dict[str, Any] | None = None
+    try:
+        data, state, why = encoded or effect.codec.encode(value, options.max_result_bytes)
+        if state is not ResultState.STORED:
+            log_complete.warning(
+                "effectq %s applied but its result is not recorded (%s); a replay will raise "
+                "ResultNotRecordedError (key %s)",
+                effect.name,
+                why,
+                key,
+            )
+        kwargs = {"result": data, "result_state": state, "retention_ms": options.retention_ms}
+        for pause in _COMPLETE_PAUSES:
+            taken, first = first, None
+            started = time.time_ns() if taken is None else taken.started
+            try:
+                recorded = yield from _store(call, store.complete, key, token, first=taken, **kwargs)
+            except CompletionNotReplicatedError as exc:
+                _emit(call, EventKind.COMPLETED, started, attempt=attempt, error=str(exc))
+                log_complete.error("effectq %s: %s", effect.name, exc)
+                raise CompletionNotReplicatedError(
+                    key, acknowledged=exc.acknowledged, required=exc.required, name=effect.name, result=value
+                ) from None
+            except StoreError as exc:
+                if pause is not None:
+                    yield SleepOp(pause)
+                    continue
+                _complete_later(call, token, exc, kwargs)
+                return
+            if not recorded:
+                _log_taken_over(call, token)
+            else:
+                _emit(call, EventKind.COMPLETED, started, attempt=attempt, error=why)
+            return
+    except BaseException as cut:
+        if is_crash(cut) or isinstance(cut, EffectqError):
+            raise
+        _complete_later(call, token, cut, kwargs or _completion(call, value))
+        raise
+
+
+def _write(
+    what: str, call: Call, fn: Callable[..., Any], *args: Any, **kwargs: Any
+) -> Generator[Op, Any, None]:
+    """A transition after a failure: a store error is logged and retried in the background."""
+    try:
+        done = yield from _store(call, fn, *args, **kwargs)
+    except StoreError as exc:
+        log_release.error("effectq %s of %s failed (%s); retrying in the background", what, call.key, exc)
+        _write_later(what, call, fn, args, kwargs, exc)
+        return
+    if not done:
+        refused, level = _refusal(call, args[1], what)
+        log_release.log(level, "effectq %s of %s was refused: %s", what, call.key, refused)
