@@ -19,9 +19,9 @@ from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from datetime import timedelta
 from typing import Any, Generic, ParamSpec, TypeVar, overload
 
-from ._engine.calls import Call, is_crash, new_owner
-from ._engine.drive import run_async, run_sync
-from ._engine.ops import InvokeOp, run_op_async, run_op_sync
+from ._engine.calls import Call, new_owner
+from ._engine.decide import is_crash
+from ._engine.drive import StreamClosed, drive_async_generator, drive_generator, run_async, run_sync
 from ._engine.procedure import procedure
 from ._runtime.singleflight import Flight, flights
 from .canonical import canonical_arguments
@@ -33,7 +33,6 @@ from .errors import (
     InvalidInputError,
     NoActiveRun,
     ReentrantEffectError,
-    describe_exception,
 )
 from .keys import check_key, check_name, default_key, sha256
 from .options import (
@@ -242,46 +241,9 @@ class Effect(Generic[P, R]):
             if flight.done:
                 yield flight.outcome()
                 return
-        proc = procedure(call)
-        value: Any = None
-        error: BaseException | None = None
         try:
-            while True:
-                try:
-                    op = proc.send(value) if error is None else proc.throw(error)
-                except StopIteration as stop:
-                    value, executed = stop.value
-                    break
-                value = error = None
-                if not isinstance(op, InvokeOp):
-                    try:
-                        value = run_op_sync(op)
-                    except BaseException as exc:
-                        error = exc
-                    continue
-                last: Any = None
-                count = 0
-                try:
-                    source = iter(self.fn(*args, **kwargs))  # type: ignore[call-overload]
-                    while True:
-                        token = bind_effect(op.ctx)
-                        try:
-                            item = next(source)
-                        except StopIteration:
-                            break
-                        finally:
-                            unbind_effect(token)
-                        last = item
-                        count += 1
-                        flight.owner = None  # the consumer's now, outside the effect
-                        try:
-                            yield item
-                        except GeneratorExit:
-                            raise _close(source, op.ctx, count) from None
-                        flight.owner = me
-                    value = last
-                except BaseException as exc:
-                    error = exc
+            source = functools.partial(_items, self.fn, args, kwargs)
+            value, executed = yield from drive_generator(procedure(call), source, flight, me)
         except BaseException as exc:
             flights.land(flight, error=exc)
             if isinstance(exc, StreamClosed):
@@ -306,46 +268,19 @@ class Effect(Generic[P, R]):
             if flight.done:
                 yield flight.outcome()
                 return
-        proc = procedure(call)
-        value: Any = None
-        error: BaseException | None = None
+        end: list[Any] = []
+        store = call.store
         try:
-            while True:
+            source = functools.partial(_async_items, self.fn, args, kwargs)
+            astore = store.async_store()
+            driven = drive_async_generator(procedure(call), source, flight, me, end, store, astore)
+            async for item in driven:
                 try:
-                    op = proc.send(value) if error is None else proc.throw(error)
-                except StopIteration as stop:
-                    value, executed = stop.value
-                    break
-                value = error = None
-                if not isinstance(op, InvokeOp):
-                    try:
-                        value = await run_op_async(op)
-                    except BaseException as exc:
-                        error = exc
-                    continue
-                last: Any = None
-                count = 0
-                try:
-                    source = self.fn(*args, **kwargs).__aiter__()  # type: ignore[attr-defined]
-                    while True:
-                        token = bind_effect(op.ctx)
-                        try:
-                            item = await source.__anext__()
-                        except StopAsyncIteration:
-                            break
-                        finally:
-                            unbind_effect(token)
-                        last = item
-                        count += 1
-                        flight.owner = None  # the consumer's now, outside the effect
-                        try:
-                            yield item
-                        except GeneratorExit:
-                            raise await _aclose(source, op.ctx, count) from None
-                        flight.owner = me
-                    value = last
-                except BaseException as exc:
-                    error = exc
+                    yield item
+                except BaseException as exc:  # GeneratorExit (closed early): on to the driver, as
+                    await driven.athrow(exc)  # yield from would; it raises what the procedure recorded
+                    raise
+            value, executed = end
         except BaseException as exc:
             flights.land(flight, error=exc)
             if isinstance(exc, StreamClosed):
@@ -356,16 +291,12 @@ class Effect(Generic[P, R]):
             yield value
 
 
-class StreamClosed(BaseException):
-    """A stream's consumer closed it before its end; what the driver tells the procedure.
+def _items(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Iterator[Any]:
+    return iter(fn(*args, **kwargs))
 
-    Not the function's exception: the stream may have partly applied, so it is recorded
-    as unknown whatever ``maybe_applied`` says. Never raised to the caller.
-    """
 
-    def __init__(self, count: int, detail: str = "") -> None:
-        items = "1 item" if count == 1 else f"{count} items"
-        super().__init__(f"the consumer closed the stream after {items}, before its end{detail}")
+def _async_items(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> AsyncIterator[Any]:
+    return fn(*args, **kwargs).__aiter__()  # type: ignore[no-any-return]
 
 
 def _or_closed(maybe_applied: Callable[[BaseException], bool]) -> Callable[[BaseException], bool]:
@@ -373,31 +304,6 @@ def _or_closed(maybe_applied: Callable[[BaseException], bool]) -> Callable[[Base
         return isinstance(exc, StreamClosed) or maybe_applied(exc)
 
     return classify
-
-
-def _close(source: Iterator[Any], ctx: EffectContext, count: int) -> StreamClosed:
-    """Close the source of a stream closed early, inside the effect (its cleanup may call
-    ``current_effect()``); a cleanup that raises goes into the record's reason."""
-    token = bind_effect(ctx)
-    try:
-        source.close()  # type: ignore[attr-defined]
-    except Exception as exc:
-        return StreamClosed(count, f"; closing its source raised {describe_exception(exc, 200)}")
-    finally:
-        unbind_effect(token)
-    return StreamClosed(count)
-
-
-async def _aclose(source: AsyncIterator[Any], ctx: EffectContext, count: int) -> StreamClosed:
-    """:func:`_close` for an async stream."""
-    token = bind_effect(ctx)
-    try:
-        await source.aclose()  # type: ignore[attr-defined]
-    except Exception as exc:
-        return StreamClosed(count, f"; closing its source raised {describe_exception(exc, 200)}")
-    finally:
-        unbind_effect(token)
-    return StreamClosed(count)
 
 
 def _shares(flight: Flight, call: Call) -> bool:

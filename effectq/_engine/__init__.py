@@ -1,14 +1,12 @@
 """The effect procedure: claim, then replay, wait, reconcile or execute, then record.
 
-The procedure is written once, as a generator that *yields operations* (a store
-primitive, a wait, the function itself) and receives their results. Drivers
-run it: :func:`drive_sync` calls everything directly, :func:`drive_async`
-awaits (store calls go to a worker thread, so a slow Redis never blocks the
-event loop), and the streaming drivers in :mod:`effectq.effect` iterate
-generator effects. One state machine serves sync, async and generator effects;
-:func:`run_sync` writes out a synchronous call's two common outcomes (a replay,
-a first run that succeeds) without its generator frames and hands anything else
-to the procedure's own step (``tests/test_paths_agree.py`` holds the two alike).
+The procedure (:mod:`.procedure`) is written once, as a generator that *yields
+operations* (:mod:`.ops`: a store primitive, a wait, the function itself) and
+receives their results; every decision it takes is a plain function of
+:mod:`.decide`. The drivers of :mod:`.drive` are the only loops that run it:
+blocking, awaited in an event loop (store calls on the store's async twin, or in a
+worker thread, so a slow Redis never blocks the loop), and the two that stream a
+generator effect's items. One state machine serves sync, async and generator effects.
 
 Round trips on a store where each primitive is one: a first-time effect costs
 two (claim, complete), a replay one (claim). A store that waits for replicas

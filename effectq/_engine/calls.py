@@ -8,7 +8,7 @@ import itertools
 import os
 import socket
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .. import events
 from ..context import EffectContext
@@ -16,7 +16,8 @@ from ..events import EventKind
 from ..store.base import ClaimRequest
 
 if TYPE_CHECKING:
-    from ..effect import Effect
+    from ..codec import ResultCodec
+    from ..options import EffectOptions
     from ..runs import Run
     from ..store.base import Store
 
@@ -58,6 +59,20 @@ class Applied:
         return f"Applied({self.value!r})"
 
 
+class Callee(Protocol):
+    """What the engine needs of an effect (:class:`effectq.Effect` is one): its name, options
+    and codec. The engine never imports the decorator's module, which imports the engine."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def options(self) -> EffectOptions: ...
+
+    @property
+    def codec(self) -> ResultCodec: ...
+
+
 class Call:
     """Everything one call of an effect needs, computed before anything is claimed."""
 
@@ -65,7 +80,7 @@ class Call:
 
     def __init__(
         self,
-        effect: Effect[..., Any],
+        effect: Callee,
         run: Run,
         store: Store,
         key: str,
@@ -96,30 +111,6 @@ class Call:
             self.arguments,  # args
             lease,  # _lease
         )
-
-
-class First:
-    """What the first store operation of a step gave before the procedure took over.
-
-    :func:`run_sync` makes the first claim (or completion) itself and hands it on, so
-    the procedure carries on from there instead of sending it again.
-    """
-
-    __slots__ = ("error", "started", "value")
-
-    def __init__(self, started: int, value: Any = None, error: BaseException | None = None) -> None:
-        self.started, self.value, self.error = started, value, error
-
-    def take(self) -> Any:
-        """The value, or raise the error (as the yield of its operation would have)."""
-        if self.error is not None:
-            raise self.error
-        return self.value
-
-
-def is_crash(exc: BaseException) -> bool:
-    """A simulated process death: no store write may follow it (see effectq.testing)."""
-    return getattr(exc, "effectq_crash", False) is True
 
 
 def _emit(

@@ -12,11 +12,12 @@ import time
 from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from .._runtime.repairs import Settle
 from ..context import EffectContext
 from .calls import Call
 
 if TYPE_CHECKING:
-    from ..store.base import Store
+    from ..store.base import AsyncStore, Store
 
 
 class StoreOp:
@@ -54,6 +55,28 @@ class ReconcileOp:
         self.call, self.ctx = call, ctx
 
 
+class PipelineOp:
+    """Write the completion now and read its reply later, where the store can (see
+    ``Store.complete_pipelined``); the driver says whether it was written (False: complete
+    the usual way). Only the thread or task that entered the call's run pipelines: its
+    run's end reads the replies still pending."""
+
+    __slots__ = ("attempt", "call", "kwargs", "token", "why")
+
+    def __init__(self, call: Call, token: int, attempt: int, kwargs: dict[str, Any], why: str) -> None:
+        self.call, self.token, self.attempt, self.kwargs, self.why = call, token, attempt, kwargs, why
+
+    def write(self, complete_pipelined: Callable[..., bool]) -> bool:
+        """Hand the completion to ``complete_pipelined`` (a store's, or its async twin's)."""
+        call = self.call
+        settle = Settle(call, self.token, self.attempt, self.kwargs, self.why)
+        if not complete_pipelined(call.key, self.token, settle, **self.kwargs):
+            return False
+        if settle.context is not None:
+            settle.written = time.time_ns()
+        return True
+
+
 class SleepOp:
     __slots__ = ("seconds",)
 
@@ -61,7 +84,7 @@ class SleepOp:
         self.seconds = seconds
 
 
-Op = StoreOp | WatchOp | BlockOp | InvokeOp | ReconcileOp | SleepOp
+Op = StoreOp | WatchOp | BlockOp | InvokeOp | ReconcileOp | PipelineOp | SleepOp
 
 
 _T = TypeVar("_T")
@@ -119,6 +142,12 @@ def run_op_sync(op: Op) -> Any:
     kind = type(op)
     if kind is StoreOp:
         return op.fn(*op.args, **op.kwargs)  # type: ignore[union-attr]
+    if kind is PipelineOp:
+        run, store = op.call.run, op.call.store  # type: ignore[union-attr]
+        if run.thread != threading.get_ident() or not op.write(store.complete_pipelined):  # type: ignore[union-attr]
+            return False
+        run.pending(store)
+        return True
     if kind is WatchOp:
         return _SyncWatch(op.store, op.key)  # type: ignore[union-attr]
     if kind is BlockOp:
@@ -142,18 +171,31 @@ def _reconcile_sync(op: ReconcileOp) -> Any:
     return found
 
 
-async def run_op_async(op: Op) -> Any:
-    """Carry out one operation other than invoking the function, in an event loop."""
+async def run_op_async(op: Op, store: Store | None = None, astore: AsyncStore | None = None) -> Any:
+    """Carry out one operation other than invoking the function, in an event loop.
+
+    ``astore``: ``store.async_store()``, whose ``claim`` and ``complete`` are sent from this
+    loop (no thread hop); without it, store calls go to a worker thread, so a slow store
+    never blocks the loop."""
     kind = type(op)
     if kind is StoreOp:
         fn = op.fn  # type: ignore[union-attr]
-        owner = getattr(fn, "__self__", None)
-        # the store's own twins, never a wrapper's that hands attributes on (FaultyStore)
-        twins = getattr(owner, "async_twins", None) if hasattr(type(owner), "async_twins") else None
-        twin = twins.get(fn.__name__) if twins else None
-        if twin is not None:  # sent from this loop: no thread hop
-            return await twin(*op.args, **op.kwargs)  # type: ignore[union-attr]
+        if astore is not None and getattr(fn, "__self__", None) is store:  # not a wrapper's own
+            name = fn.__name__
+            if name == "claim":
+                return await astore.claim(*op.args, **op.kwargs)  # type: ignore[union-attr]
+            if name == "complete":
+                return await astore.complete(*op.args, **op.kwargs)  # type: ignore[union-attr]
         return await asyncio.to_thread(fn, *op.args, **op.kwargs)  # type: ignore[union-attr]
+    if kind is PipelineOp:
+        run = op.call.run  # type: ignore[union-attr]
+        task = run.task
+        if astore is None or task is None or task is not asyncio.current_task():
+            return False
+        if not op.write(astore.complete_pipelined):  # type: ignore[union-attr]
+            return False
+        run.pending_async(astore)
+        return True
     if kind is WatchOp:
         return await _AsyncWatch().open(op.store, op.key)  # type: ignore[union-attr]
     if kind is BlockOp:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Generator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .._runtime.leases import Lease, heartbeat
 from .._runtime.repairs import (
@@ -31,48 +31,24 @@ from ..errors import (
     CorruptRecordError,
     EffectqError,
     InProgress,
-    InputMismatchError,
     OutcomeUnknown,
     ReconcileError,
-    ResultDecodeError,
-    ResultNotRecordedError,
     StoreError,
     describe_exception,
 )
 from ..events import EventKind
-from ..options import OnMismatch
 from ..store.base import Claim, ClaimKind, ResultState, Status
-from .calls import Applied, Call, First, _emit, is_crash
-from .ops import BlockOp, InvokeOp, Op, Procedure, ReconcileOp, SleepOp, StoreOp, WatchOp
-
-if TYPE_CHECKING:
-    pass
-
+from .calls import Applied, Call, _emit
+from .decide import Next, after_claim, check_input, is_crash, may_have_applied, replayed, wait_for
+from .ops import BlockOp, InvokeOp, Op, PipelineOp, Procedure, ReconcileOp, SleepOp, StoreOp, WatchOp
 
 log_claim = logging.getLogger("effectq.claim")
-
-
 log_replay = logging.getLogger("effectq.replay")
-
-
 log_wait = logging.getLogger("effectq.wait")
-
-
 log_complete = logging.getLogger("effectq.complete")
-
-
 log_release = logging.getLogger("effectq.release")
-
-
 log_unknown = logging.getLogger("effectq.unknown")
-
-
 log_reconcile = logging.getLogger("effectq.reconcile")
-
-
-MAX_BLOCK = 2.0
-"""Longest single wait for a notification before re-checking the store (a missed
-notification costs at most this much latency)."""
 
 
 COMPLETE_RETRIES = (0.05, 0.2, 0.5)
@@ -89,43 +65,42 @@ CLAIM_RETRIES = (0.05, 0.25, None)
 _NOT_FOUND = object()
 
 
-def _store(
-    call: Call, fn: Callable[..., Any], *args: Any, first: First | None = None, **kwargs: Any
-) -> Generator[Op, Any, Any]:
-    """One store primitive (or ``first``, its outcome in hand already); a failure is
-    reported as a store_error event and raised."""
-    started = time.time_ns() if first is None else first.started
+def _store(call: Call, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Generator[Op, Any, Any]:
+    """One store primitive; a failure is reported as a store_error event and raised."""
+    started = time.time_ns()
     try:
-        if first is not None:
-            return first.take()
         return (yield StoreOp(fn, *args, **kwargs))
     except StoreError as exc:
-        _emit(call, EventKind.STORE_ERROR, started, error=str(exc), step=getattr(fn, "__name__", "store"))
+        _store_failed(call, fn, started, exc)
         raise
 
 
-def _claim(call: Call, first: First | None = None) -> Generator[Op, Any, tuple[Claim, int]]:
+def _store_failed(call: Call, fn: Callable[..., Any], started: int, exc: StoreError) -> None:
+    _emit(call, EventKind.STORE_ERROR, started, error=str(exc), step=getattr(fn, "__name__", "store"))
+
+
+def _claim(call: Call) -> Generator[Op, Any, tuple[Claim, int]]:
     """Claim, retrying a failed round trip with the same owner (the grant comes back, not a conflict).
 
     When every try fails, or the wait for its reply is interrupted (a cancelled task,
     a time limit), the claim may still have landed: nothing ran under it, so the
     heartbeat keeps trying to take it back and release it, rather than leave a
     dispatched record to turn into a false unknown; unless no try was sent at all (a
-    connection refused): then no claim can exist. ``first``: the first try, made already.
+    connection refused): then no claim can exist.
     """
     store, key = call.store, call.key
     unanswered = False  # whether a failed try may have reached the store
     for pause in CLAIM_RETRIES:
-        taken, first = first, None
-        started = time.time_ns() if taken is None else taken.started
+        started = time.time_ns()
         try:
-            claim = yield from _store(call, store.claim, key, call.request, first=taken)
-        except CorruptRecordError:
-            raise
-        except ClaimNotReplicatedError as exc:
-            yield from _give_back(call, exc)
-            raise
+            claim = yield StoreOp(store.claim, key, call.request)
         except StoreError as exc:
+            _store_failed(call, store.claim, started, exc)
+            if isinstance(exc, CorruptRecordError):
+                raise
+            if isinstance(exc, ClaimNotReplicatedError):
+                yield from _give_back(call, exc)
+                raise
             unanswered = unanswered or exc.sent
             if pause is None:
                 if unanswered:
@@ -169,46 +144,44 @@ def _give_back(call: Call, exc: ClaimNotReplicatedError) -> Generator[Op, Any, N
     )
 
 
-def procedure(call: Call, first: First | None = None) -> Procedure:
-    """Claim the effect and do what the claim says. Returns (value, executed).
-
-    ``first``: the first claim, made already (see :func:`run_sync`).
-    """
+def procedure(call: Call) -> Procedure:
+    """Claim the effect and do what the claim says (see :func:`.decide.after_claim`).
+    Returns (value, executed)."""
     effect, store, key = call.effect, call.store, call.key
-    options = effect.options
-    waiting_since: int | None = None
-    watch: Any = None
     prefetched = call.run.prefetched
     if prefetched is not None:
         started = time.time_ns()
         found = prefetched.get(key)
         if found is not None:
-            value = _replay(call, found)
+            value = replayed(call, found)
             _emit(call, EventKind.REPLAYED, started, attempt=found.attempt)
             return value, False
+    waiting_since: int | None = None
+    watch: Any = None
     granted: int | None = None  # the token of a grant nothing has run under yet
+    lease: Lease | None = None
+    invoked = False
     try:
         try:
             while True:
-                claim, started = yield from _claim(call, first)
-                if claim.kind is ClaimKind.CLAIMED:
-                    granted = claim.token
-                first = None
-                kind = claim.kind
-                if kind is not ClaimKind.IN_FLIGHT and waiting_since is not None:
+                claim, started = yield from _claim(call)
+                if claim.kind is ClaimKind.CLAIMED:  # before any call: an exception raised into
+                    granted = claim.token  # the call from here on gives the grant back
+                then = after_claim(claim)
+                if then is not Next.WAIT and waiting_since is not None:
                     _emit(call, EventKind.WAITED, waiting_since)
                     waiting_since = None
-                if kind is ClaimKind.COMPLETED:
-                    value = _replay(call, claim)
+                if then is Next.EXECUTE:
+                    token, attempt = claim.token, claim.attempt
+                    _emit(call, EventKind.CLAIMED, started, attempt=attempt)
+                    break
+                if then is Next.REPLAY:
+                    value = replayed(call, claim)
                     _emit(call, EventKind.REPLAYED, started, attempt=claim.attempt)
                     if claim.prefetch_hint is not None:
                         yield from _prefetch(call, claim.prefetch_hint)
                     return value, False
-                if kind is ClaimKind.CLAIMED:
-                    token, attempt = claim.token, claim.attempt
-                    _emit(call, EventKind.CLAIMED, started, attempt=attempt)
-                    break
-                if kind is ClaimKind.RECONCILE:
+                if then is Next.RECONCILE:
                     found = yield from _reconcile(call, claim)
                     if found is not _NOT_FOUND:
                         return found, False
@@ -221,23 +194,23 @@ def procedure(call: Call, first: First | None = None) -> Procedure:
                     token = granted = claim.token
                     _emit(call, EventKind.CLAIMED, started, attempt=attempt)
                     break
-                if kind is ClaimKind.IN_FLIGHT:
+                if then is Next.WAIT:
                     if waiting_since is None:
                         waiting_since = started
                         call.run.stats.waited += 1
                         log_wait.debug("effectq %s in flight (holder %s); waiting", key, claim.owner)
                     waited = (time.time_ns() - waiting_since) / 1e9
-                    remaining = options.wait - waited
-                    if remaining <= 0:
+                    block = wait_for(claim, waited, effect.options.wait)
+                    if block is None:
                         call.run.stats.failed += 1
                         _emit(call, EventKind.IN_PROGRESS, waiting_since, error=claim.owner)
                         raise InProgress(key, name=effect.name, waited=waited, owner=claim.owner)
                     if watch is None:  # subscribe, then look again: no notification is missed
                         watch = yield WatchOp(store, key)
                         continue
-                    yield BlockOp(watch, min(remaining, claim.lease_ms / 1000.0 + 0.05, MAX_BLOCK))
+                    yield BlockOp(watch, block)
                     continue
-                # UNKNOWN: may have applied, and this caller may neither reconcile nor replay.
+                # RAISE: may have applied, and this caller may neither reconcile nor replay.
                 call.run.stats.failed += 1
                 _emit(call, EventKind.UNKNOWN, started, attempt=claim.attempt, error=claim.error)
                 raise OutcomeUnknown(
@@ -250,25 +223,45 @@ def procedure(call: Call, first: First | None = None) -> Procedure:
         finally:
             if watch is not None:
                 watch.close()
-        if claim.status is Status.DISPATCHED and claim.kind is ClaimKind.CLAIMED and claim.error:
+        if claim.error and claim.status is Status.DISPATCHED and claim.kind is ClaimKind.CLAIMED:
             log_unknown.warning(
                 "effectq re-executing %s after an unknown outcome (%s): it is declared replay-safe "
                 "(safe to repeat, or deduped by its idempotency key)",
                 key,
                 claim.error,
             )
+        lease = Lease(store, key, token, effect.options.lease_ms)
+        heartbeat.keep(lease)
+        ctx = call.context(token, attempt, lease)
+        started = time.time_ns()
+        invoked = True
+        value = yield InvokeOp(ctx)
     except BaseException as exc:
         if granted is None:
             raise
-        # Cut between the grant and the function (a time limit): nothing ran under it. A
-        # re-dispatched unknown goes back to unknown (as _give_back does); any other is released.
-        if claim.error and not is_crash(exc):
-            error = {"error": claim.error}
-            _write_later("mark_unknown", call, store.mark_unknown, (key, granted), error, exc)
-        else:
-            _give_back_unrun(call, granted, None, exc)
+        if not invoked:
+            # Cut between the grant and the function (a time limit): nothing ran under it. A
+            # re-dispatched unknown goes back to unknown (as _give_back does); any other is released.
+            _give_back_unrun(call, granted, lease, exc, unknown=claim.error)
+            raise
+        try:
+            yield from _failed(call, token, attempt, lease, started, exc)
+        except BaseException as cut:
+            if cut is not exc:
+                _failed_later(call, token, lease, exc, cut)
+            raise
+        raise  # pragma: no cover - _failed raises
+    recording = [False]  # _record's, once it is under way
+    try:
+        heartbeat.drop(lease)
+        call.run.stats.executed += 1
+        _emit(call, EventKind.EXECUTED, started, attempt=attempt)
+        yield from _record(call, token, value, attempt, pipeline=True, recording=recording)
+    except BaseException as exc:
+        if not recording[0]:  # cut after the function returned, before its completion was under way
+            _cut_after_return(call, token, lease, value, exc)
         raise
-    return (yield from _execute(call, token, attempt)), True
+    return value, True
 
 
 def _prefetch(call: Call, hint: Any) -> Generator[Op, Any, None]:
@@ -279,48 +272,14 @@ def _prefetch(call: Call, hint: Any) -> Generator[Op, Any, None]:
     calls of the run then replay without a round trip each. Best effort: a failure
     only means the calls claim as usual.
     """
-    run, store = call.run, call.store
-    fetch = getattr(store, "prefetch", None)
-    if run.prefetch_tried or fetch is None or hint is None:
+    run = call.run
+    if run.prefetch_tried or hint is None:
         return
     run.prefetch_tried = True
-    try:
-        run.prefetched = yield StoreOp(fetch, run.id, hint)
+    try:  # a store that does not prefetch returns None
+        run.prefetched = yield StoreOp(call.store.prefetch, run.id, hint)
     except StoreError as exc:
         log_replay.debug("effectq prefetch of run %s failed (%s); claiming one by one", run.id, exc)
-
-
-def _check_input(call: Call, recorded_hash: str) -> None:
-    """A key recorded with another input than this call's: raise, or warn (``on_mismatch``)."""
-    effect = call.effect
-    if call.input_hash and recorded_hash and call.input_hash != recorded_hash:
-        if effect.options.on_mismatch is OnMismatch.RAISE:
-            raise InputMismatchError(
-                call.key, name=effect.name, recorded_hash=recorded_hash, input_hash=call.input_hash
-            )
-        log_replay.warning(
-            "effectq %s key %s was recorded with a different input (%s, now %s); returning the "
-            "recorded result",
-            effect.name,
-            call.key,
-            recorded_hash[:12],
-            call.input_hash[:12],
-        )
-
-
-def _replay(call: Call, claim: Claim) -> Any:
-    effect = call.effect
-    _check_input(call, claim.input_hash)
-    call.run.stats.replayed += 1
-    log_replay.debug("effectq replay %s", call.key)
-    if claim.result_state is not ResultState.STORED:
-        raise ResultNotRecordedError(call.key, name=effect.name, reason=claim.result_state.value)
-    if claim.result is None:
-        raise CorruptRecordError(call.key, "completed without a result")
-    try:
-        return effect.codec.decode(claim.result)
-    except DecodeError as exc:
-        raise ResultDecodeError(call.key, name=effect.name, detail=str(exc).splitlines()[0]) from exc
 
 
 def _reconcile(call: Call, claim: Claim) -> Generator[Op, Any, Any]:
@@ -377,7 +336,7 @@ def _reconcile(call: Call, claim: Claim) -> Generator[Op, Any, Any]:
     log_reconcile.info("effectq reconcile of %s: already applied; recorded", key)
     # What applied is the attempt recorded under the key, whose identity the record keeps: a
     # caller whose input differs is told so, as it would be by a replay of that attempt.
-    _check_input(call, claim.input_hash)
+    check_input(call, claim.input_hash)
     return value
 
 
@@ -411,44 +370,6 @@ def _dispatch(call: Call, token: int) -> Generator[Op, Any, int]:
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-def _execute(call: Call, token: int, attempt: int) -> Generator[Op, Any, Any]:
-    """Run the function under the claim ``token`` holds, then record what it did.
-
-    An exception raised into the call (a time limit) records what is true of where it
-    landed: before the function ran, the claim is given back; in the function, it is
-    the function's; after it returned, the completion is recorded all the same.
-    """
-    lease: Lease | None = None
-    invoked = False
-    try:
-        lease = Lease(call.store, call.key, token, call.effect.options.lease_ms)
-        heartbeat.keep(lease)
-        ctx = call.context(token, attempt, lease)
-        started = time.time_ns()
-        invoked = True
-        value = yield InvokeOp(ctx)
-    except BaseException as exc:
-        if not invoked:
-            _give_back_unrun(call, token, lease, exc)
-            raise
-        try:
-            yield from _failed(call, token, attempt, lease, started, exc)
-        except BaseException as cut:
-            if cut is not exc:
-                _failed_later(call, token, lease, exc, cut)
-            raise
-        raise  # pragma: no cover - _failed raises
-    try:
-        heartbeat.drop(lease)
-        call.run.stats.executed += 1
-        _emit(call, EventKind.EXECUTED, started, attempt=attempt)
-    except BaseException as exc:
-        _cut_after_return(call, token, lease, value, exc)
-        raise
-    yield from _record(call, token, value, attempt)
-    return value
-
-
 def _failed(
     call: Call, token: int, attempt: int, lease: Any, started: int, exc: BaseException
 ) -> Generator[Op, Any, None]:
@@ -463,7 +384,7 @@ def _failed(
     call.run.stats.failed += 1
     if is_crash(exc):
         raise exc
-    maybe = options.maybe_applied(exc)
+    maybe = may_have_applied(options, exc)
     _emit(
         call,
         EventKind.UNKNOWN if maybe else EventKind.RELEASED,
@@ -501,11 +422,15 @@ def _record(
     token: int,
     value: Any,
     attempt: int = 0,
-    first: First | None = None,
-    encoded: tuple[bytes | None, ResultState, str] | None = None,
+    pipeline: bool = False,
+    recording: list[bool] | None = None,
 ) -> Generator[Op, Any, None]:
-    """Record the result. :func:`run_sync` hands on what it did already: ``encoded``, the
-    result as the codec encoded it, and ``first``, the first completion's outcome.
+    """Record the result.
+
+    ``pipeline``: the function just ran under the claim: the completion may be written
+    without waiting for its reply (see :class:`.ops.PipelineOp`), which is then read by
+    the next script on that connection or at the run's end. ``recording[0]`` is set as
+    this takes the completion over from its caller (see :func:`procedure`).
 
     An exception raised into this (a time limit, a cancellation) before the completion
     is known to have landed hands it to the heartbeat, tried at once, and is raised.
@@ -514,8 +439,14 @@ def _record(
     options = effect.options
     kwargs: dict[str, Any] | None = None
     try:
-        data, state, why = encoded or effect.codec.encode(value, options.max_result_bytes)
-        if state is not ResultState.STORED:
+        if recording is not None:
+            recording[0] = True  # no call before it: nothing can cut in between
+        data, state, why = effect.codec.encode(value, options.max_result_bytes)
+        kwargs = {"result": data, "result_state": state, "retention_ms": options.retention_ms}
+        if state is ResultState.STORED:
+            if pipeline and (yield PipelineOp(call, token, attempt, kwargs, why)):
+                return
+        else:
             log_complete.warning(
                 "effectq %s applied but its result is not recorded (%s); a replay will raise "
                 "ResultNotRecordedError (key %s)",
@@ -523,12 +454,10 @@ def _record(
                 why,
                 key,
             )
-        kwargs = {"result": data, "result_state": state, "retention_ms": options.retention_ms}
         for pause in _COMPLETE_PAUSES:
-            taken, first = first, None
-            started = time.time_ns() if taken is None else taken.started
+            started = time.time_ns()
             try:
-                recorded = yield from _store(call, store.complete, key, token, first=taken, **kwargs)
+                recorded = yield StoreOp(store.complete, key, token, **kwargs)
             except CompletionNotReplicatedError as exc:
                 _emit(call, EventKind.COMPLETED, started, attempt=attempt, error=str(exc))
                 log_complete.error("effectq %s: %s", effect.name, exc)
@@ -536,6 +465,7 @@ def _record(
                     key, acknowledged=exc.acknowledged, required=exc.required, name=effect.name, result=value
                 ) from None
             except StoreError as exc:
+                _store_failed(call, store.complete, started, exc)
                 if pause is not None:
                     yield SleepOp(pause)
                     continue

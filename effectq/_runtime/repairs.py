@@ -13,14 +13,15 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .. import events
-from .._engine.calls import Call, _emit, is_crash
+from .._engine.calls import Call, _emit
+from .._engine.decide import is_crash, may_have_applied, reply_unread
 from ..errors import (
     ClaimNotReplicatedError,
     StoreError,
     describe_exception,
 )
 from ..events import EventKind
-from ..store.base import ClaimKind, ResultState
+from ..store.base import ClaimKind
 from .leases import Lease, heartbeat
 
 log_complete = logging.getLogger("effectq.complete")
@@ -85,10 +86,7 @@ def _failed_later(
     if is_crash(exc) or is_crash(cut):
         return
     effect, store, key = call.effect, call.store, call.key
-    try:
-        maybe = effect.options.maybe_applied(exc)
-    except Exception:  # a classifier that raises: maybe applied
-        maybe = True
+    maybe = may_have_applied(effect.options, exc, classifier_fails=True)
     error = describe_exception(exc)
     if maybe:
         _write_later("mark_unknown", call, store.mark_unknown, (key, token), {"error": error}, cut)
@@ -104,15 +102,21 @@ def _completion(call: Call, value: Any) -> dict[str, Any]:
     return {"result": data, "result_state": state, "retention_ms": options.retention_ms}
 
 
-def _give_back_unrun(call: Call, token: int, lease: Lease | None, exc: BaseException) -> None:
+def _give_back_unrun(
+    call: Call, token: int, lease: Lease | None, exc: BaseException, *, unknown: str = ""
+) -> None:
     """Granted, then an exception raised into the call before the function ran (a time limit):
     nothing ran under the claim, so it is released, by the heartbeat at once (no round trip
-    here, where another interruption could cut it), and the next call applies the effect."""
+    here, where another interruption could cut it), and the next call applies the effect.
+    ``unknown``: the grant re-dispatched an unknown (its error), which goes back to unknown."""
     if lease is not None:
         heartbeat.drop(lease)
     if is_crash(exc):
         return
     store, key = call.store, call.key
+    if unknown:
+        _write_later("mark_unknown", call, store.mark_unknown, (key, token), {"error": unknown}, exc)
+        return
     log_release.info(
         "effectq %s: %s before it ran; its claim is given back (key %s)",
         call.effect.name,
@@ -135,9 +139,9 @@ def _cut_after_return(call: Call, token: int, lease: Lease | None, value: Any, e
         _complete_later(call, token, exc, _completion(call, value))
 
 
-class _Settle:
-    """What to do with a posted completion's outcome once its reply is read (see
-    ``RedisStore.complete_soon``).
+class Settle:
+    """What to do with a pipelined completion's outcome once its reply is read (the
+    ``on_reply`` of ``Store.complete_pipelined``).
 
     The same as :func:`_record` after a completion, but for the retries: a store
     error goes straight to the heartbeat's, as the caller has moved on. The
@@ -146,10 +150,10 @@ class _Settle:
     its duration is the write's: what the call waited for.
     """
 
-    __slots__ = ("attempt", "call", "context", "encoded", "started", "token", "written")
+    __slots__ = ("attempt", "call", "context", "kwargs", "started", "token", "why", "written")
 
-    def __init__(self, call: Call, token: int, attempt: int, encoded: tuple[bytes | None, ResultState, str]):
-        self.call, self.token, self.attempt, self.encoded = call, token, attempt, encoded
+    def __init__(self, call: Call, token: int, attempt: int, kwargs: dict[str, Any], why: str) -> None:
+        self.call, self.token, self.attempt, self.kwargs, self.why = call, token, attempt, kwargs, why
         self.context = contextvars.copy_context() if events.listeners() else None
         self.started = time.time_ns() if self.context is not None else 0  # for the event only
         self.written = 0  # when the write went out: set by the caller once it has, for the event
@@ -162,10 +166,7 @@ class _Settle:
         elif outcome is False:
             _log_taken_over(call, self.token)
         else:
-            data, state, _ = self.encoded
-            kwargs = {"result": data, "result_state": state, "retention_ms": call.effect.options.retention_ms}
-            unread = isinstance(outcome.__cause__, asyncio.CancelledError | KeyboardInterrupt)
-            _complete_later(call, self.token, outcome, kwargs, unread=unread)
+            _complete_later(call, self.token, outcome, self.kwargs, unread=reply_unread(outcome))
 
     def _completed(self) -> None:
         _emit(
@@ -173,7 +174,7 @@ class _Settle:
             EventKind.COMPLETED,
             self.started,
             attempt=self.attempt,
-            error=self.encoded[2],
+            error=self.why,
             ended_ns=self.written or None,
         )
 
