@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..codec import DecodeError
 from ..errors import CorruptRecordError, InputMismatchError, ResultDecodeError, ResultNotRecordedError
-from ..options import OnMismatch
+from ..options import OnMismatch, is_time_limit
 from ..store.base import Claim, ClaimKind, ResultState
 
 if TYPE_CHECKING:
@@ -100,7 +100,10 @@ def reply_unread(outcome: BaseException) -> bool:
     """Whether a pipelined completion's failure ``outcome`` means only that its reply was not
     read (the caller was cancelled, interrupted or hit a time limit while it waited): Redis
     most likely ran it, and writing it again (the same token) only makes sure."""
-    return isinstance(outcome.__cause__, asyncio.CancelledError | KeyboardInterrupt)
+    cause = outcome.__cause__
+    return isinstance(cause, asyncio.CancelledError | KeyboardInterrupt) or (
+        cause is not None and is_time_limit(cause)
+    )
 
 
 def check_input(call: Call, recorded_hash: str) -> None:

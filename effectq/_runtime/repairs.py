@@ -188,7 +188,7 @@ def _complete_later(
     pause), or an exception raised into the call before the completion was known to
     have landed (a time limit, a cancellation: tried at once). ``unread``: the
     completion was written, but its reply was not read because the caller was
-    cancelled meanwhile; Redis most likely ran it, and writing it again (the same
+    cancelled or hit a time limit meanwhile; Redis most likely ran it, and writing it again (the same
     token) only makes sure. Logged at INFO, not as a failure.
     """
     store, key = call.store, call.key
@@ -196,7 +196,7 @@ def _complete_later(
     if unread:
         log_complete.info(
             "effectq %s applied; its completion was written but its reply not read (the caller "
-            "was cancelled); writing it again in the background to be sure (key %s)",
+            "was cancelled or cut short); writing it again in the background to be sure (key %s)",
             call.effect.name,
             key,
         )
