@@ -13,26 +13,22 @@ import dataclasses
 import functools
 import inspect
 import threading
-import time
 import types
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from datetime import timedelta
 from typing import Any, Generic, ParamSpec, TypeVar, overload
 
 from ._engine.calls import Call, new_owner
-from ._engine.decide import is_crash
 from ._engine.drive import StreamClosed, drive_async_generator, drive_generator, run_async, run_sync
 from ._engine.procedure import procedure
-from ._runtime.singleflight import Flight, flights
+from ._runtime.singleflight import flights, follow, follow_async
 from .canonical import canonical_arguments
 from .codec import ResultCodec, result_annotation
 from .context import EffectContext, KeyContext, bind_effect, unbind_effect
 from .errors import (
     ConfigurationError,
-    InProgress,
     InvalidInputError,
     NoActiveRun,
-    ReentrantEffectError,
 )
 from .keys import check_key, check_name, default_key, sha256
 from .options import (
@@ -187,7 +183,7 @@ class Effect(Generic[P, R]):
         me = threading.get_ident()
         flight, leader = flights.join(call.store, call.key, call.input_hash, me)
         if not leader:
-            flight = _follow(flight, call, me)
+            flight = follow(flight, call, me)
             if flight.done:
                 return flight.outcome()
         try:
@@ -209,7 +205,7 @@ class Effect(Generic[P, R]):
         me = asyncio.current_task()
         flight, leader = flights.join(call.store, call.key, call.input_hash, me)
         if not leader:
-            flight = await _follow_async(flight, call, me)
+            flight = await follow_async(flight, call, me)
             if flight.done:
                 return flight.outcome()
         try:
@@ -237,7 +233,7 @@ class Effect(Generic[P, R]):
         me = threading.get_ident()
         flight, leader = flights.join(call.store, call.key, call.input_hash, me)
         if not leader:
-            flight = _follow(flight, call, me)
+            flight = follow(flight, call, me)
             if flight.done:
                 yield flight.outcome()
                 return
@@ -264,7 +260,7 @@ class Effect(Generic[P, R]):
         me = asyncio.current_task()
         flight, leader = flights.join(call.store, call.key, call.input_hash, me)
         if not leader:
-            flight = await _follow_async(flight, call, me)
+            flight = await follow_async(flight, call, me)
             if flight.done:
                 yield flight.outcome()
                 return
@@ -304,65 +300,6 @@ def _or_closed(maybe_applied: Callable[[BaseException], bool]) -> Callable[[Base
         return isinstance(exc, StreamClosed) or maybe_applied(exc)
 
     return classify
-
-
-def _shares(flight: Flight, call: Call) -> bool:
-    """Whether the leader's landed outcome is ``call``'s too: what a caller after it would get.
-
-    Not when the leader had another input (that caller's replay would be checked against
-    the record), nor when a control-flow exception aimed at the leader alone stopped it (a
-    cancellation, ^C, a worker's time limit): that says nothing of the effect, which the
-    record tells. A simulated crash (``effectq.testing``) stands for the whole process.
-    """
-    error = flight.error
-    if error is not None and not isinstance(error, Exception) and not is_crash(error):
-        return False
-    mine, theirs = call.input_hash, flight.input_hash
-    return not (mine and theirs and mine != theirs)
-
-
-def _follow(flight: Flight, call: Call, me: int) -> Flight:
-    """Wait for the leader of ``call``'s key in this process.
-
-    Returns the landed flight when its outcome is ``call``'s too (see :func:`_shares`),
-    or else a flight ``call`` leads: it then asks the store, as a caller after the leader
-    does. The thread inside the leader's call cannot wait for it.
-    """
-    deadline = time.monotonic() + call.effect.options.wait
-    while True:
-        if flight.owner == me:
-            raise ReentrantEffectError(call.key, name=call.effect.name)
-        if not flight.wait(deadline - time.monotonic()):
-            raise InProgress(call.key, name=call.effect.name, waited=call.effect.options.wait)
-        flight, settled = _landed(flight, call, me)
-        if settled:
-            return flight
-
-
-async def _follow_async(flight: Flight, call: Call, me: asyncio.Task[Any] | None) -> Flight:
-    """:func:`_follow` for a task: neither the task inside the leader's call, nor one on a
-    loop a synchronous leader on this thread runs inside its call, can wait for it."""
-    deadline = time.monotonic() + call.effect.options.wait
-    while True:
-        if (me is not None and flight.owner is me) or flight.owner == threading.get_ident():
-            raise ReentrantEffectError(call.key, name=call.effect.name)
-        if not await flight.wait_async(deadline - time.monotonic()):
-            raise InProgress(call.key, name=call.effect.name, waited=call.effect.options.wait)
-        flight, settled = _landed(flight, call, me)
-        if settled:
-            return flight
-
-
-def _landed(flight: Flight, call: Call, me: object) -> tuple[Flight, bool]:
-    """After the leader landed: (its flight, True) when its outcome is ``call``'s; else
-    (a flight ``call`` leads, True), or (another caller's new flight to follow, False)."""
-    if _shares(flight, call):
-        call.run.stats.waited += 1
-        return flight, True
-    flight, leader = flights.join(call.store, call.key, call.input_hash, me)
-    if leader:
-        call.run.stats.waited += 1
-    return flight, leader
 
 
 def _key_params(

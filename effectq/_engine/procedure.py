@@ -8,26 +8,20 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Generator
+from collections.abc import Generator
 from typing import Any
 
 from .._runtime.leases import Lease, heartbeat
 from .._runtime.repairs import (
-    _complete_later,
-    _completion,
     _cut_after_return,
     _failed_later,
     _give_back_later,
     _give_back_unrun,
-    _log_taken_over,
-    _refusal,
     _take_back_later,
-    _write_later,
 )
 from ..codec import DecodeError
 from ..errors import (
     ClaimNotReplicatedError,
-    CompletionNotReplicatedError,
     CorruptRecordError,
     EffectqError,
     InProgress,
@@ -37,10 +31,11 @@ from ..errors import (
     describe_exception,
 )
 from ..events import EventKind
-from ..store.base import Claim, ClaimKind, ResultState, Status
+from ..store.base import Claim, ClaimKind, Status
 from .calls import Applied, Call, _emit
-from .decide import Next, after_claim, check_input, is_crash, may_have_applied, replayed, wait_for
-from .ops import BlockOp, InvokeOp, Op, PipelineOp, Procedure, ReconcileOp, SleepOp, StoreOp, WatchOp
+from .decide import Next, after_claim, check_input, is_crash, replayed, wait_for
+from .ops import BlockOp, InvokeOp, Op, Procedure, ReconcileOp, SleepOp, StoreOp, WatchOp
+from .record import _failed, _record, _store, _store_failed, _write
 
 log_claim = logging.getLogger("effectq.claim")
 log_replay = logging.getLogger("effectq.replay")
@@ -51,32 +46,11 @@ log_unknown = logging.getLogger("effectq.unknown")
 log_reconcile = logging.getLogger("effectq.reconcile")
 
 
-COMPLETE_RETRIES = (0.05, 0.2, 0.5)
-"""Pauses between inline retries of a completion the store failed to take."""
-
-
-_COMPLETE_PAUSES = (*COMPLETE_RETRIES, None)
-
-
 CLAIM_RETRIES = (0.05, 0.25, None)
 """Pauses between tries of a claim whose round trip failed (None: give up)."""
 
 
 _NOT_FOUND = object()
-
-
-def _store(call: Call, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Generator[Op, Any, Any]:
-    """One store primitive; a failure is reported as a store_error event and raised."""
-    started = time.time_ns()
-    try:
-        return (yield StoreOp(fn, *args, **kwargs))
-    except StoreError as exc:
-        _store_failed(call, fn, started, exc)
-        raise
-
-
-def _store_failed(call: Call, fn: Callable[..., Any], started: int, exc: StoreError) -> None:
-    _emit(call, EventKind.STORE_ERROR, started, error=str(exc), step=getattr(fn, "__name__", "store"))
 
 
 def _claim(call: Call) -> Generator[Op, Any, tuple[Claim, int]]:
@@ -368,131 +342,3 @@ def _dispatch(call: Call, token: int) -> Generator[Op, Any, int]:
                 _give_back_later(call, token)  # interrupted while its reply was awaited
             raise
     raise AssertionError("unreachable")  # pragma: no cover
-
-
-def _failed(
-    call: Call, token: int, attempt: int, lease: Any, started: int, exc: BaseException
-) -> Generator[Op, Any, None]:
-    """The function raised: record unknown or released (as its exception says), then raise it.
-
-    Its callers hand the write to the heartbeat when another exception (a time limit)
-    cuts this short: see :func:`_failed_later`.
-    """
-    effect, store, key = call.effect, call.store, call.key
-    options = effect.options
-    heartbeat.drop(lease)
-    call.run.stats.failed += 1
-    if is_crash(exc):
-        raise exc
-    maybe = may_have_applied(options, exc)
-    _emit(
-        call,
-        EventKind.UNKNOWN if maybe else EventKind.RELEASED,
-        started,
-        attempt=attempt,
-        error=describe_exception(exc),
-        step="execute",
-    )
-    if maybe:
-        log_unknown.error(
-            "effectq %s raised %s, which may mean it applied: recorded as unknown (key %s)",
-            effect.name,
-            describe_exception(exc),
-            key,
-        )
-        yield from _write("mark_unknown", call, store.mark_unknown, key, token, error=describe_exception(exc))
-    else:
-        log_release.info(
-            "effectq %s raised %s: not applied, released (key %s)", effect.name, type(exc).__name__, key
-        )
-        yield from _write(
-            "release",
-            call,
-            store.release,
-            key,
-            token,
-            error=describe_exception(exc),
-            retention_ms=options.retention_ms,
-        )
-    raise exc
-
-
-def _record(
-    call: Call,
-    token: int,
-    value: Any,
-    attempt: int = 0,
-    pipeline: bool = False,
-    recording: list[bool] | None = None,
-) -> Generator[Op, Any, None]:
-    """Record the result.
-
-    ``pipeline``: the function just ran under the claim: the completion may be written
-    without waiting for its reply (see :class:`.ops.PipelineOp`), which is then read by
-    the next script on that connection or at the run's end. ``recording[0]`` is set as
-    this takes the completion over from its caller (see :func:`procedure`).
-
-    An exception raised into this (a time limit, a cancellation) before the completion
-    is known to have landed hands it to the heartbeat, tried at once, and is raised.
-    """
-    effect, store, key = call.effect, call.store, call.key
-    options = effect.options
-    kwargs: dict[str, Any] | None = None
-    try:
-        if recording is not None:
-            recording[0] = True  # no call before it: nothing can cut in between
-        data, state, why = effect.codec.encode(value, options.max_result_bytes)
-        kwargs = {"result": data, "result_state": state, "retention_ms": options.retention_ms}
-        if state is ResultState.STORED:
-            if pipeline and (yield PipelineOp(call, token, attempt, kwargs, why)):
-                return
-        else:
-            log_complete.warning(
-                "effectq %s applied but its result is not recorded (%s); a replay will raise "
-                "ResultNotRecordedError (key %s)",
-                effect.name,
-                why,
-                key,
-            )
-        for pause in _COMPLETE_PAUSES:
-            started = time.time_ns()
-            try:
-                recorded = yield StoreOp(store.complete, key, token, **kwargs)
-            except CompletionNotReplicatedError as exc:
-                _emit(call, EventKind.COMPLETED, started, attempt=attempt, error=str(exc))
-                log_complete.error("effectq %s: %s", effect.name, exc)
-                raise CompletionNotReplicatedError(
-                    key, acknowledged=exc.acknowledged, required=exc.required, name=effect.name, result=value
-                ) from None
-            except StoreError as exc:
-                _store_failed(call, store.complete, started, exc)
-                if pause is not None:
-                    yield SleepOp(pause)
-                    continue
-                _complete_later(call, token, exc, kwargs)
-                return
-            if not recorded:
-                _log_taken_over(call, token)
-            else:
-                _emit(call, EventKind.COMPLETED, started, attempt=attempt, error=why)
-            return
-    except BaseException as cut:
-        if is_crash(cut) or isinstance(cut, EffectqError):
-            raise
-        _complete_later(call, token, cut, kwargs or _completion(call, value))
-        raise
-
-
-def _write(
-    what: str, call: Call, fn: Callable[..., Any], *args: Any, **kwargs: Any
-) -> Generator[Op, Any, None]:
-    """A transition after a failure: a store error is logged and retried in the background."""
-    try:
-        done = yield from _store(call, fn, *args, **kwargs)
-    except StoreError as exc:
-        log_release.error("effectq %s of %s failed (%s); retrying in the background", what, call.key, exc)
-        _write_later(what, call, fn, args, kwargs, exc)
-        return
-    if not done:
-        refused, level = _refusal(call, args[1], what)
-        log_release.log(level, "effectq %s of %s was refused: %s", what, call.key, refused)
