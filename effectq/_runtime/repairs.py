@@ -158,7 +158,7 @@ class Settle:
         self.started = time.time_ns() if self.context is not None else 0  # for the event only
         self.written = 0  # when the write went out: set by the caller once it has, for the event
 
-    def __call__(self, outcome: bool | StoreError) -> None:
+    def __call__(self, outcome: bool | Exception) -> None:
         call = self.call
         if outcome is True:
             if self.context is not None:

@@ -28,10 +28,7 @@ import enum
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
-
-if TYPE_CHECKING:
-    from ..errors import StoreError
+from typing import Any, Protocol, runtime_checkable
 
 __all__ = [
     "AsyncStore",
@@ -214,7 +211,7 @@ class Prefetched(Protocol):
     def __len__(self) -> int: ...
 
 
-OnReply = Callable[["bool | StoreError"], None]
+OnReply = Callable[[bool | Exception], None]
 """What a pipelined completion's reply becomes: what ``complete`` would have returned, or
 the :class:`~effectq.errors.StoreError` it would have raised."""
 
