@@ -51,7 +51,7 @@ async def _measure(url: str, n: int, rounds: int = 10) -> dict[str, Any]:
     aclient = redis.asyncio.Redis.from_url(url)
     store = effectq.RedisStore(client, namespace=f"bench-{tag}")
     hopping = effectq.RedisStore(client, namespace=f"bench-{tag}")
-    hopping._twins = None  # every script through asyncio.to_thread
+    hopping._on_loop = None  # every script through asyncio.to_thread
 
     @effectq.effect(name="bench.async_noop")
     async def noop(i: int) -> int:

@@ -28,7 +28,6 @@ import redis
 
 import effectq
 from effectq import events
-from effectq.store.redis.wire.sync import flush_pending
 
 try:
     from common import Series, interleave, main_sized, paths_table
@@ -133,7 +132,7 @@ def measure(url: str, n: int) -> dict[str, Any]:
     def listened_alone(i: int) -> None:
         listened(i)
         began = time.perf_counter()
-        flush_pending()  # the completed event comes with the reply; its duration is the write's
+        listened_store.flush_pending()  # the completed event comes with the reply; its duration: the write's
         reply_waits.append(time.perf_counter() - began)
 
     run_id = f"bench-{tag}"
@@ -177,7 +176,7 @@ def measure(url: str, n: int) -> dict[str, Any]:
                     bare("SET", f"bare:{tag}:{i}", "1", "NX"),
                     bare("SET", f"bare:{tag}:{i}", "result"),
                 ),
-                "effectq": lambda i: (noop(i), flush_pending()),
+                "effectq": lambda i: (noop(i), store.flush_pending()),
                 IN_A_RUN: in_run,
                 WITH_LISTENER: listened_alone,
                 IN_A_RUN_LISTENED: listened_in_run,

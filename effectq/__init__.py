@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # what the type checker reads; the table below is what runs
     from . import events as events
+    from ._engine.calls import Applied as Applied
     from .agents.steps import Step as Step
     from .agents.steps import step as step
     from .agents.tools import ToolOptions as ToolOptions
@@ -36,7 +37,6 @@ if TYPE_CHECKING:  # what the type checker reads; the table below is what runs
     from .context import current_effect as current_effect
     from .effect import Effect as Effect
     from .effect import effect as effect
-    from .engine import Applied as Applied
     from .errors import *  # noqa: F403
     from .keys import effect_marker as effect_marker
     from .keys import find_markers as find_markers
@@ -67,7 +67,7 @@ __version__ = "0.1.0"
 _LAZY = {
     ".context": ("EffectContext", "KeyContext", "current_effect"),
     ".effect": ("Effect", "effect"),
-    ".engine": ("Applied",),
+    "._engine.calls": ("Applied",),
     ".keys": ("effect_marker", "find_markers", "has_marker", "idempotency_key"),
     ".options": ("MAYBE_APPLIED", "OnMismatch", "ReconcileOn"),
     ".runs": (

@@ -11,7 +11,7 @@ from .errors import NoActiveEffect
 from .keys import effect_marker, idempotency_key
 
 if TYPE_CHECKING:
-    from .heartbeat import Lease
+    from ._runtime.leases import Lease
     from .runs import Run
 
 __all__ = ["EffectContext", "KeyContext", "current_effect"]

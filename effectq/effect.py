@@ -13,35 +13,23 @@ import dataclasses
 import functools
 import inspect
 import threading
-import time
 import types
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from datetime import timedelta
 from typing import Any, Generic, ParamSpec, TypeVar, overload
 
+from ._engine.calls import Call, new_owner
+from ._engine.drive import StreamClosed, drive_async_generator, drive_generator, run_async, run_sync
+from ._engine.procedure import procedure
+from ._runtime.singleflight import flights, follow, follow_async
 from .canonical import key_bytes
 from .codec import ResultCodec, result_annotation
 from .context import EffectContext, KeyContext, bind_effect, unbind_effect
-from .engine import (
-    Call,
-    InvokeOp,
-    is_crash,
-    new_owner,
-    procedure,
-    run_async,
-    run_op_async,
-    run_op_sync,
-    run_sync,
-)
 from .errors import (
     ConfigurationError,
-    InProgress,
     InvalidInputError,
     NoActiveRun,
-    ReentrantEffectError,
-    describe_exception,
 )
-from .flights import Flight, flights
 from .keys import bridge_hash, bridge_key, check_key, check_name, default_key, legacy_keys, sha256
 from .options import (
     FROM_ANNOTATION,
@@ -201,7 +189,7 @@ class Effect(Generic[P, R]):
         me = threading.get_ident()
         flight, leader = flights.join(call.store, call.key, call.input_hash, me)
         if not leader:
-            flight = _follow(flight, call, me)
+            flight = follow(flight, call, me)
             if flight.done:
                 return flight.outcome()
         try:
@@ -223,7 +211,7 @@ class Effect(Generic[P, R]):
         me = asyncio.current_task()
         flight, leader = flights.join(call.store, call.key, call.input_hash, me)
         if not leader:
-            flight = await _follow_async(flight, call, me)
+            flight = await follow_async(flight, call, me)
             if flight.done:
                 return flight.outcome()
         try:
@@ -251,50 +239,13 @@ class Effect(Generic[P, R]):
         me = threading.get_ident()
         flight, leader = flights.join(call.store, call.key, call.input_hash, me)
         if not leader:
-            flight = _follow(flight, call, me)
+            flight = follow(flight, call, me)
             if flight.done:
                 yield flight.outcome()
                 return
-        proc = procedure(call)
-        value: Any = None
-        error: BaseException | None = None
         try:
-            while True:
-                try:
-                    op = proc.send(value) if error is None else proc.throw(error)
-                except StopIteration as stop:
-                    value, executed = stop.value
-                    break
-                value = error = None
-                if not isinstance(op, InvokeOp):
-                    try:
-                        value = run_op_sync(op)
-                    except BaseException as exc:
-                        error = exc
-                    continue
-                last: Any = None
-                count = 0
-                try:
-                    source = iter(self.fn(*args, **kwargs))  # type: ignore[call-overload]
-                    while True:
-                        token = bind_effect(op.ctx)
-                        try:
-                            item = next(source)
-                        except StopIteration:
-                            break
-                        finally:
-                            unbind_effect(token)
-                        last = item
-                        count += 1
-                        flight.owner = None  # the consumer's now, outside the effect
-                        try:
-                            yield item
-                        except GeneratorExit:
-                            raise _close(source, op.ctx, count) from None
-                        flight.owner = me
-                    value = last
-                except BaseException as exc:
-                    error = exc
+            source = functools.partial(_items, self.fn, args, kwargs)
+            value, executed = yield from drive_generator(procedure(call), source, flight, me)
         except BaseException as exc:
             flights.land(flight, error=exc)
             if isinstance(exc, StreamClosed):
@@ -315,50 +266,23 @@ class Effect(Generic[P, R]):
         me = asyncio.current_task()
         flight, leader = flights.join(call.store, call.key, call.input_hash, me)
         if not leader:
-            flight = await _follow_async(flight, call, me)
+            flight = await follow_async(flight, call, me)
             if flight.done:
                 yield flight.outcome()
                 return
-        proc = procedure(call)
-        value: Any = None
-        error: BaseException | None = None
+        end: list[Any] = []
+        store = call.store
         try:
-            while True:
+            source = functools.partial(_async_items, self.fn, args, kwargs)
+            astore = store.async_store()
+            driven = drive_async_generator(procedure(call), source, flight, me, end, store, astore)
+            async for item in driven:
                 try:
-                    op = proc.send(value) if error is None else proc.throw(error)
-                except StopIteration as stop:
-                    value, executed = stop.value
-                    break
-                value = error = None
-                if not isinstance(op, InvokeOp):
-                    try:
-                        value = await run_op_async(op)
-                    except BaseException as exc:
-                        error = exc
-                    continue
-                last: Any = None
-                count = 0
-                try:
-                    source = self.fn(*args, **kwargs).__aiter__()  # type: ignore[attr-defined]
-                    while True:
-                        token = bind_effect(op.ctx)
-                        try:
-                            item = await source.__anext__()
-                        except StopAsyncIteration:
-                            break
-                        finally:
-                            unbind_effect(token)
-                        last = item
-                        count += 1
-                        flight.owner = None  # the consumer's now, outside the effect
-                        try:
-                            yield item
-                        except GeneratorExit:
-                            raise await _aclose(source, op.ctx, count) from None
-                        flight.owner = me
-                    value = last
-                except BaseException as exc:
-                    error = exc
+                    yield item
+                except BaseException as exc:  # GeneratorExit (closed early): on to the driver, as
+                    await driven.athrow(exc)  # yield from would; it raises what the procedure recorded
+                    raise
+            value, executed = end
         except BaseException as exc:
             flights.land(flight, error=exc)
             if isinstance(exc, StreamClosed):
@@ -369,16 +293,12 @@ class Effect(Generic[P, R]):
             yield value
 
 
-class StreamClosed(BaseException):
-    """A stream's consumer closed it before its end; what the driver tells the procedure.
+def _items(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Iterator[Any]:
+    return iter(fn(*args, **kwargs))
 
-    Not the function's exception: the stream may have partly applied, so it is recorded
-    as unknown whatever ``maybe_applied`` says. Never raised to the caller.
-    """
 
-    def __init__(self, count: int, detail: str = "") -> None:
-        items = "1 item" if count == 1 else f"{count} items"
-        super().__init__(f"the consumer closed the stream after {items}, before its end{detail}")
+def _async_items(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> AsyncIterator[Any]:
+    return fn(*args, **kwargs).__aiter__()  # type: ignore[no-any-return]
 
 
 def _or_closed(maybe_applied: Callable[[BaseException], bool]) -> Callable[[BaseException], bool]:
@@ -386,90 +306,6 @@ def _or_closed(maybe_applied: Callable[[BaseException], bool]) -> Callable[[Base
         return isinstance(exc, StreamClosed) or maybe_applied(exc)
 
     return classify
-
-
-def _close(source: Iterator[Any], ctx: EffectContext, count: int) -> StreamClosed:
-    """Close the source of a stream closed early, inside the effect (its cleanup may call
-    ``current_effect()``); a cleanup that raises goes into the record's reason."""
-    token = bind_effect(ctx)
-    try:
-        source.close()  # type: ignore[attr-defined]
-    except Exception as exc:
-        return StreamClosed(count, f"; closing its source raised {describe_exception(exc, 200)}")
-    finally:
-        unbind_effect(token)
-    return StreamClosed(count)
-
-
-async def _aclose(source: AsyncIterator[Any], ctx: EffectContext, count: int) -> StreamClosed:
-    """:func:`_close` for an async stream."""
-    token = bind_effect(ctx)
-    try:
-        await source.aclose()  # type: ignore[attr-defined]
-    except Exception as exc:
-        return StreamClosed(count, f"; closing its source raised {describe_exception(exc, 200)}")
-    finally:
-        unbind_effect(token)
-    return StreamClosed(count)
-
-
-def _shares(flight: Flight, call: Call) -> bool:
-    """Whether the leader's landed outcome is ``call``'s too: what a caller after it would get.
-
-    Not when the leader had another input (that caller's replay would be checked against
-    the record), nor when a control-flow exception aimed at the leader alone stopped it (a
-    cancellation, ^C, a worker's time limit): that says nothing of the effect, which the
-    record tells. A simulated crash (``effectq.testing``) stands for the whole process.
-    """
-    error = flight.error
-    if error is not None and not isinstance(error, Exception) and not is_crash(error):
-        return False
-    mine, theirs = call.input_hash, flight.input_hash
-    return not (mine and theirs and mine != theirs)
-
-
-def _follow(flight: Flight, call: Call, me: int) -> Flight:
-    """Wait for the leader of ``call``'s key in this process.
-
-    Returns the landed flight when its outcome is ``call``'s too (see :func:`_shares`),
-    or else a flight ``call`` leads: it then asks the store, as a caller after the leader
-    does. The thread inside the leader's call cannot wait for it.
-    """
-    deadline = time.monotonic() + call.effect.options.wait
-    while True:
-        if flight.owner == me:
-            raise ReentrantEffectError(call.key, name=call.effect.name)
-        if not flight.wait(deadline - time.monotonic()):
-            raise InProgress(call.key, name=call.effect.name, waited=call.effect.options.wait)
-        flight, settled = _landed(flight, call, me)
-        if settled:
-            return flight
-
-
-async def _follow_async(flight: Flight, call: Call, me: asyncio.Task[Any] | None) -> Flight:
-    """:func:`_follow` for a task: neither the task inside the leader's call, nor one on a
-    loop a synchronous leader on this thread runs inside its call, can wait for it."""
-    deadline = time.monotonic() + call.effect.options.wait
-    while True:
-        if (me is not None and flight.owner is me) or flight.owner == threading.get_ident():
-            raise ReentrantEffectError(call.key, name=call.effect.name)
-        if not await flight.wait_async(deadline - time.monotonic()):
-            raise InProgress(call.key, name=call.effect.name, waited=call.effect.options.wait)
-        flight, settled = _landed(flight, call, me)
-        if settled:
-            return flight
-
-
-def _landed(flight: Flight, call: Call, me: object) -> tuple[Flight, bool]:
-    """After the leader landed: (its flight, True) when its outcome is ``call``'s; else
-    (a flight ``call`` leads, True), or (another caller's new flight to follow, False)."""
-    if _shares(flight, call):
-        call.run.stats.waited += 1
-        return flight, True
-    flight, leader = flights.join(call.store, call.key, call.input_hash, me)
-    if leader:
-        call.run.stats.waited += 1
-    return flight, leader
 
 
 def _key_params(

@@ -19,9 +19,7 @@ from typing import Any
 
 from .errors import ConfigurationError, NoActiveRun
 from .keys import check_run_id
-from .store.async_lane import settle_owed_async
-from .store.base import Store
-from .store.lane import settle_owed_replies
+from .store.base import AsyncStore, Store
 
 __all__ = [
     "Run",
@@ -68,6 +66,8 @@ class Run:
     __slots__ = (
         "_calls",
         "_lock",
+        "_pending",
+        "_pending_async",
         "_seq",
         "id",
         "metadata",
@@ -87,6 +87,8 @@ class Run:
         self._calls: dict[str, int] = {}
         self._seq = 0
         self._lock = threading.Lock()
+        self._pending: list[Store] = []
+        self._pending_async: list[AsyncStore] = []
         self.prefetched: Any = None
         """The run's completed records, fetched at once when a replay shows a redelivery."""
         self.prefetch_tried = False
@@ -108,6 +110,17 @@ class Run:
             seq = self._seq
             self._seq = seq + 1
         return ordinal, seq
+
+    def pending(self, store: Store) -> None:
+        """``store`` got a pipelined completion from the thread that entered the run: the
+        run's end reads its reply, if nothing read it before (``store.flush_pending()``)."""
+        if store not in self._pending:
+            self._pending.append(store)
+
+    def pending_async(self, store: AsyncStore) -> None:
+        """:meth:`pending` for a pipelined completion from the task that entered the run."""
+        if store not in self._pending_async:
+            self._pending_async.append(store)
 
     def calls(self, name: str) -> int:
         """How many calls of the effect or step ``name`` this run has made so far.
@@ -152,9 +165,12 @@ class RunScope:
         that a task is acknowledged only after Redis confirmed each completion.
         """
         token, self._token = self._token, None
-        self._run.thread = self._run.task = None
+        bound = self._run
+        bound.thread = bound.task = None
         try:
-            settle_owed_replies()
+            pending, bound._pending = bound._pending, []
+            for store in pending:
+                store.flush_pending()
         finally:
             if token is not None:
                 _current.reset(token)
@@ -171,9 +187,12 @@ class RunScope:
         tb: TracebackType | None,
     ) -> None:
         """:meth:`__exit__`, once the replies this task's async effects left unread are read."""
+        bound = self._run
         try:
-            if self._run.task is not None:
-                await settle_owed_async()
+            if bound.task is not None:
+                pending, bound._pending_async = bound._pending_async, []
+                for store in pending:
+                    await store.flush_pending()
         finally:
             self.__exit__(exc_type, exc, tb)
 

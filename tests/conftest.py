@@ -22,7 +22,7 @@ REDIS_URL = os.environ.get("EFFECTQ_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 
 def _drop_repairs() -> None:
     """Forget the heartbeat's queued background writes (each test's stores are its own)."""
-    from effectq.heartbeat import heartbeat
+    from effectq._runtime.leases import heartbeat
 
     heartbeat._repairs.clear()
 

@@ -35,8 +35,8 @@ from typing import Any, NamedTuple
 
 from celery import bootsteps
 
+from .._runtime.leases import heartbeat
 from ..errors import ConfigurationError, InProgress, OutcomeUnknown
-from ..heartbeat import heartbeat
 from ..integration import StoreSource, TaskRequest, log_finished, run_id_for, task_effect
 from ..options import seconds
 from ..runs import Run, RunScope

@@ -26,8 +26,8 @@ from typing import Any, NamedTuple
 import dramatiq
 from dramatiq.middleware import Middleware, MiddlewareError, SkipMessage
 
+from .._runtime.leases import heartbeat
 from ..errors import EffectqError, OutcomeUnknown
-from ..heartbeat import heartbeat
 from ..integration import StoreSource, log_finished, run_id_for, task_effect, task_key
 from ..options import seconds
 from ..runs import RunScope

@@ -31,9 +31,11 @@ from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
 
 __all__ = [
+    "AsyncStore",
     "Claim",
     "ClaimKind",
     "ClaimRequest",
+    "Prefetched",
     "Record",
     "ResultState",
     "Status",
@@ -199,9 +201,27 @@ class Record:
 Unsubscribe = Callable[[], None]
 
 
+class Prefetched(Protocol):
+    """A run's completed records, looked up by effect key: what :meth:`Store.prefetch`
+    returns (a ``Mapping[str, Claim]`` is one; a store that keys records otherwise need
+    not be able to list the effect keys)."""
+
+    def get(self, key: str) -> Claim | None: ...
+
+    def __len__(self) -> int: ...
+
+
+OnReply = Callable[[bool | Exception], None]
+"""What a pipelined completion's reply becomes: what ``complete`` would have returned, or
+the :class:`~effectq.errors.StoreError` it would have raised."""
+
+
 @runtime_checkable
 class Store(Protocol):
-    """The primitives every store implements (see :class:`effectq.testing.StoreContract`)."""
+    """The primitives every store implements (see :class:`effectq.testing.StoreContract`),
+    and the optional capabilities below them, each with the default a store that lacks it
+    inherits by subclassing ``Store`` (the engine finds them here, never by probing).
+    """
 
     @property
     def namespace(self) -> str:
@@ -265,3 +285,63 @@ class Store(Protocol):
         every wait, so a missed notification costs latency, never correctness.
         """
         ...
+
+    # -- optional capabilities: the defaults say "not supported" ------------------------------
+
+    def prefetch(self, run_id: str, hint: Any = None) -> Prefetched | None:
+        """The completed records of a run, by effect key, in one round trip (a redelivered
+        run then replays without a round trip per effect). ``hint``: a completed claim's
+        ``prefetch_hint``. Default: None, not supported (every call claims)."""
+        return None
+
+    def complete_pipelined(
+        self,
+        key: str,
+        token: int,
+        on_reply: OnReply,
+        *,
+        result: bytes | None,
+        result_state: ResultState,
+        retention_ms: int,
+    ) -> bool:
+        """:meth:`complete`, written now without waiting for its reply; ``on_reply`` gets
+        the outcome when the reply is read (by this thread's next command on the store, or
+        :meth:`flush_pending`). False: nothing was written, complete the usual way.
+        Default: False."""
+        return False
+
+    def flush_pending(self) -> None:
+        """Read every reply this thread's pipelined completions still owe (a run's end
+        calls it, on each store that got one). Default: nothing to read."""
+        return None
+
+    def async_store(self) -> AsyncStore | None:
+        """This store's primitives for an event loop, sent from the calling loop; None
+        where the engine should run the primitives in a worker thread. Default: None."""
+        return None
+
+
+@runtime_checkable
+class AsyncStore(Protocol):
+    """A store's twin for an event loop (see :meth:`Store.async_store`): ``claim`` and
+    ``complete`` as coroutines, ``complete_pipelined`` as a plain call, all on the calling
+    loop; ``flush_pending`` reads what the calling task's pipelined completions owe."""
+
+    async def claim(self, key: str, request: ClaimRequest) -> Claim: ...
+
+    async def complete(
+        self, key: str, token: int, *, result: bytes | None, result_state: ResultState, retention_ms: int
+    ) -> bool: ...
+
+    def complete_pipelined(
+        self,
+        key: str,
+        token: int,
+        on_reply: OnReply,
+        *,
+        result: bytes | None,
+        result_state: ResultState,
+        retention_ms: int,
+    ) -> bool: ...
+
+    async def flush_pending(self) -> None: ...

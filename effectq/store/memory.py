@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 
 from ..errors import ResolveRefusedError
 from ..keys import check_namespace
-from .base import Claim, ClaimKind, ClaimRequest, Record, ResultState, Status, Unsubscribe
+from .base import Claim, ClaimKind, ClaimRequest, Record, ResultState, Status, Store, Unsubscribe
 from .operators import Standing, Summary, since, standing
 
 __all__ = ["MemoryStore"]
@@ -52,7 +52,7 @@ class _Row:
     watchers: list[Callable[[], None]] = field(default_factory=list)
 
 
-class MemoryStore:
+class MemoryStore(Store):
     """A store in this process's memory.
 
     Args:

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import StoreError
-from ..store.base import Claim, ClaimRequest, Record, ResultState, Store, Unsubscribe
+from ..store.base import Claim, ClaimRequest, Prefetched, Record, ResultState, Store, Unsubscribe
 
 __all__ = ["Action", "Crash", "Fault", "FaultyStore", "Point", "parse_faults"]
 
@@ -104,7 +104,7 @@ class Fault:
             return True
 
 
-class FaultyStore:
+class FaultyStore(Store):
     """A store that injects :class:`Fault` s at named points; everything else goes to ``inner``.
 
     Args:
@@ -185,6 +185,9 @@ class FaultyStore:
 
     def watch(self, key: str, callback: Callable[[], None]) -> Unsubscribe:
         return self.inner.watch(key, callback)
+
+    def prefetch(self, run_id: str, hint: Any = None) -> Prefetched | None:
+        return self.inner.prefetch(run_id, hint)
 
     def __getattr__(self, name: str) -> Any:  # close(), client, ... of the inner store
         return getattr(self.inner, name)

@@ -16,7 +16,7 @@ import pytest
 import redis
 
 import effectq
-from effectq.heartbeat import heartbeat
+from effectq._runtime.leases import heartbeat
 from tests.support.probes import ROOT, applications, read_line
 from tests.support.servers import Server
 

@@ -87,8 +87,8 @@ def _storm(seed: int, seconds: float) -> dict[str, Any]:
     from billiard.exceptions import SoftTimeLimitExceeded
 
     import effectq
-    from effectq.flights import flights
-    from effectq.heartbeat import Lease, heartbeat
+    from effectq._runtime.leases import Lease, heartbeat
+    from effectq._runtime.singleflight import flights
 
     rng = random.Random(seed)
     live = [False]  # the handler raises only while a step runs, once per step

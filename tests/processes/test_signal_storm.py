@@ -245,7 +245,7 @@ def calls(n):
     claim = store.claim(key, ClaimRequest(lease_ms=60_000, owner=f"h:1:{n}", name="storm", run_id="r"))
     store.get(key)
     if claim.token:
-        store.complete_soon(key, claim.token, lambda outcome: None, result=b"x",
+        store.complete_pipelined(key, claim.token, lambda outcome: None, result=b"x",
                             result_state=ResultState.STORED, retention_ms=60_000)
     flush_pending()
 

@@ -112,7 +112,7 @@ def test_a_time_limit_between_a_claim_granted_after_a_wait_and_the_function_give
     never left dispatched."""
     from billiard.exceptions import SoftTimeLimitExceeded
 
-    from effectq.heartbeat import heartbeat
+    from effectq._runtime.leases import heartbeat
 
     run_id = f"waited-{uuid.uuid4().hex[:8]}"
     waiter = threading.current_thread()
@@ -170,7 +170,7 @@ def test_a_time_limit_while_a_run_reads_its_pipelined_replies_is_raised_and_the_
     background, and the record is completed."""
     from billiard.exceptions import SoftTimeLimitExceeded
 
-    from effectq.heartbeat import heartbeat
+    from effectq._runtime.leases import heartbeat
 
     admin = redis.Redis.from_url(redis_url)
 
@@ -287,7 +287,7 @@ def _fuzz(url: str, namespace: str, seed: int, calls: int) -> dict[str, Any]:
     faulthandler.dump_traceback_later(WATCHDOG, exit=True)
 
     import effectq
-    from effectq.heartbeat import heartbeat
+    from effectq._runtime.leases import heartbeat
 
     rng = random.Random(seed)
     client = redis.Redis.from_url(url)  # reads and cleans up, outside the storm

@@ -168,20 +168,20 @@ def test_a_loop_s_connections_close_when_it_shuts_down(redis_store: effectq.Redi
 
 def test_stores_the_lane_cannot_serve_keep_the_thread(redis_client: redis.Redis, namespace: str) -> None:
     waited = effectq.RedisStore(redis_client, namespace=namespace, wait_replicas=1)
-    assert waited.async_twins is None  # each write must be followed by its WAIT
+    assert waited.async_store() is None  # each write must be followed by its WAIT
 
     class Audited(effectq.RedisStore):
         def claim(self, key: str, request: ClaimRequest) -> Claim:
             return super().claim(key, request)
 
     audited = Audited(redis_client, namespace=namespace)
-    twins = audited.async_twins
-    assert twins is not None
-    assert set(twins) == {"complete", "complete_soon"}  # its own claim runs, in a thread
+    on_loop = audited.async_store()
+    assert on_loop is not None
+    assert on_loop.claim != audited._claim_async  # its own claim runs, in a thread
+    assert on_loop.complete == audited._complete_async
     spied = effectq.RedisStore(redis_client, namespace=namespace)
     spied.complete = spied.complete  # type: ignore[method-assign]  # set on the instance, as a spy is
-    twins = spied.async_twins
-    assert twins is not None and set(twins) == {"claim"}
+    assert spied.async_store() is None
     for store in (waited, audited, spied):
         store.close()
 
@@ -196,7 +196,7 @@ def unix_redis(tmp_path: Path) -> Iterator[str]:
 
 def test_a_unix_socket_store_sends_from_the_loop(unix_redis: str, no_threads: list[Any]) -> None:
     store = effectq.RedisStore.from_url(unix_redis, namespace="unix")
-    assert store.async_twins is not None
+    assert store.async_store() is not None
     calls: list[int] = []
     send = _effect(calls)
 

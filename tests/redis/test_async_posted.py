@@ -30,7 +30,7 @@ import redis
 
 import effectq
 from effectq import events
-from effectq.heartbeat import heartbeat
+from effectq._runtime.leases import heartbeat
 from effectq.store.redis.wire.aio import _pending_on
 
 

@@ -31,7 +31,7 @@ from redis.retry import Retry
 
 import effectq
 from effectq import events
-from effectq.heartbeat import heartbeat
+from effectq._runtime.leases import heartbeat
 from tests.support import servers
 
 

@@ -17,7 +17,7 @@ import pytest
 import redis
 
 import effectq
-from effectq.heartbeat import heartbeat
+from effectq._runtime.leases import heartbeat
 
 
 def test_a_task_cancelled_while_its_claim_is_on_its_way_leaves_no_false_unknown(

@@ -30,7 +30,7 @@ import redis
 
 import effectq
 from effectq import events
-from effectq.heartbeat import heartbeat
+from effectq._runtime.leases import heartbeat
 from effectq.store.redis.wire.sync import Lane
 
 
@@ -368,4 +368,50 @@ def test_a_claim_that_times_out_behind_an_owed_reply_keeps_that_reply(
     deadline = time.monotonic() + 10
     while heartbeat.pending()[1] and time.monotonic() < deadline:  # the claim of 2, given back
         time.sleep(0.05)
+    assert heartbeat.pending()[1] == 0
+
+
+def test_a_time_limit_before_the_owed_reply_came_writes_it_again_quietly(
+    store: effectq.RedisStore, onlooker: effectq.RedisStore, redis_url: str, caplog: Any
+) -> None:
+    """A worker's time limit lands while the run's end waits for the owed reply (Redis paused
+    before it ran the completion): the reply is never read, so the heartbeat writes the
+    completion again (the same token) and says so at INFO, as after a cancel: a time limit
+    is no failure of Redis. The record ends completed."""
+    from billiard.exceptions import SoftTimeLimitExceeded
+
+    admin = redis.Redis.from_url(redis_url)
+    keys: list[str] = []
+
+    @effectq.effect(name="posted.time_limit_unread")
+    def act(n: int) -> int:
+        keys.append(effectq.current_effect().key)
+        admin.execute_command("CLIENT", "PAUSE", "600", "WRITE")  # its completion waits
+        return n
+
+    def time_limit(signum: int, frame: Any) -> None:
+        raise SoftTimeLimitExceeded()
+
+    previous = signal.signal(signal.SIGALRM, time_limit)
+    try:
+        with (
+            caplog.at_level(logging.INFO, logger="effectq"),
+            contextlib.suppress(SoftTimeLimitExceeded),
+            effectq.run(f"tl-{uuid.uuid4().hex[:8]}", store=store),
+        ):
+            assert act(3) == 3
+            assert _owes(store) == 1
+            signal.setitimer(signal.ITIMER_REAL, 0.15)  # lands while the run's end reads
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+        admin.execute_command("CLIENT", "UNPAUSE")
+        admin.close()
+    messages = [(r.levelno, r.getMessage()) for r in caplog.records if r.name == "effectq.complete"]
+    assert len(messages) == 1 and messages[0][0] == logging.INFO and "reply not read" in messages[0][1]
+    deadline = time.monotonic() + 10
+    while heartbeat.pending()[1] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    record = onlooker.get(keys[0])
+    assert record is not None and record.status is effectq.Status.COMPLETED
     assert heartbeat.pending()[1] == 0

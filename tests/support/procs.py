@@ -90,7 +90,7 @@ def crash_async(url: str, namespace: str, run_id: str, ledger: str, lease: str, 
 
     client = remote(url)
     store = effectq.RedisStore.from_url(url, namespace=namespace)
-    assert store.async_twins is not None  # the path under test
+    assert store.async_store() is not None  # the path under test
 
     @effectq.effect(name="crash.async_apply", lease=float(lease))
     async def act() -> str:

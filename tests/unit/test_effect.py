@@ -677,7 +677,7 @@ def test_holding_a_lease_does_not_wake_the_heartbeat_each_call(
 
     Waking it on every call handed the GIL to another thread twice per effect.
     """
-    from effectq.heartbeat import heartbeat
+    from effectq._runtime.leases import heartbeat
 
     @effectq.effect
     def act(n: int) -> int:

@@ -18,8 +18,8 @@ from collections.abc import Callable
 import pytest
 
 import effectq
+from effectq._runtime.leases import BACKOFF_BASE, BACKOFF_CAP, backoff, heartbeat
 from effectq.errors import StoreError
-from effectq.heartbeat import BACKOFF_BASE, BACKOFF_CAP, backoff, heartbeat
 from effectq.testing import Action, Fault, FaultyStore, Point
 
 

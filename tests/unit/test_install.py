@@ -133,7 +133,7 @@ def test_import_effectq_loads_neither_pydantic_nor_redis() -> None:
     """`import effectq` loads no pydantic and no redis-py: they come with first use."""
     loaded = loaded_after("import effectq")
     assert not {m for m in loaded if m.split(".")[0] in ("pydantic", "pydantic_core", "redis")}
-    assert "effectq.engine" not in loaded
+    assert "effectq._engine" not in loaded and "effectq._engine.drive" not in loaded
 
 
 def test_the_command_line_loads_neither_pydantic_nor_the_engine() -> None:
@@ -142,7 +142,7 @@ def test_the_command_line_loads_neither_pydantic_nor_the_engine() -> None:
     for flag in ("--help", "--version"):
         loaded = loaded_after(f"from effectq.cli import main\nmain([{flag!r}])")
         assert not {m for m in loaded if m.split(".")[0] in ("pydantic", "redis")}, flag
-        assert not {m for m in loaded if m.startswith(("effectq.store", "effectq.engine", "effectq.codec"))}
+        assert not {m for m in loaded if m.startswith(("effectq.store", "effectq._engine", "effectq.codec"))}
         assert (
             not {
                 "effectq.ops.admin",

@@ -1,9 +1,9 @@
-"""A synchronous call's straight-line path and the procedure take the same steps.
+"""A sync and an async effect take the same steps, on the real Redis.
 
-Sync effects run their common outcomes without the procedure's generator frames
-(``engine.run_sync``); async effects always run the procedure. The same scenario
-through both must give the same events, stats, records and exceptions, on the
-real Redis, so the two cannot drift apart.
+Both run the one procedure; they differ in the driver (blocking, or awaited in an event
+loop) and in the wire under it (the store's lane, or its async lane sent from the loop,
+or a worker thread). The same scenario through both must give the same events, stats,
+records and exceptions.
 """
 
 from __future__ import annotations

@@ -16,6 +16,7 @@ from dataclasses import replace
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
+from ..._runtime.leases import heartbeat
 from ...errors import (
     ClaimNotReplicatedError,
     CompletionNotReplicatedError,
@@ -25,10 +26,9 @@ from ...errors import (
     ResolveRefusedError,
     StoreError,
 )
-from ...heartbeat import heartbeat
 from ...keys import check_namespace
 from ...options import Duration, seconds
-from ..base import Claim, ClaimKind, ClaimRequest, Record, ResultState, Status, Unsubscribe
+from ..base import AsyncStore, Claim, ClaimKind, ClaimRequest, Record, ResultState, Status, Store, Unsubscribe
 from .admin import RedisOperations
 from .cluster import check_cluster, is_cluster
 from .connect import client_from_url, protect_client
@@ -38,6 +38,7 @@ from .notify import Notifier
 from .replicas import run_and_wait
 from .replies import STATUS, Prefetched, decode_claim, decode_read, packed_claim, text, when
 from .sentinel import sentinel_lane_for
+from .wire import aio, sync
 from .wire.aio import AsyncLane, async_lane_for
 from .wire.sync import lane_for
 
@@ -59,7 +60,7 @@ def _lua(name: str) -> str:
     return resources.files(__package__).joinpath("lua", f"{name}.lua").read_text("utf-8")
 
 
-class RedisStore(KeyLayout, RedisOperations):
+class RedisStore(KeyLayout, RedisOperations, Store):
     """A store on Redis (or fakeredis with lupa, which runs the same Lua).
 
     Besides the store primitives it has the operator ones (listing, summary,
@@ -113,19 +114,12 @@ class RedisStore(KeyLayout, RedisOperations):
         self._scripts = {name: client.register_script(source) for name, source in self._sources.items()}
         self._lane = lane_for(client) or sentinel_lane_for(client)
         self._async_lane = None if self._wait_replicas else async_lane_for(client, self._lane)
-        self._twins: dict[str, Callable[..., Any]] | None = None
+        self._on_loop: _OnTheLoop | None = None
         if self._async_lane is not None:  # a subclass's own claim or complete keeps its thread
-            twins: dict[str, tuple[str, Callable[..., Any]]] = {
-                "claim": ("claim", self._claim_async),
-                "complete": ("complete", self._complete_async),
-                "complete_soon": ("complete", self._complete_soon_async),
-            }
-            mine = {
-                name: twin
-                for name, (primitive, twin) in twins.items()
-                if getattr(type(self), primitive) is getattr(RedisStore, primitive)
-            }
-            self._twins = mine or None
+            own_claim = type(self).claim is RedisStore.claim
+            own_complete = type(self).complete is RedisStore.complete
+            if own_claim or own_complete:
+                self._on_loop = _OnTheLoop(self, own_claim, own_complete)
         self._notifier = Notifier(client, self.channels(), sharded=self._sharded)
 
     @classmethod
@@ -262,21 +256,19 @@ class RedisStore(KeyLayout, RedisOperations):
             )
         return claim
 
-    @property
-    def async_twins(self) -> dict[str, Callable[..., Any]] | None:
-        """Coroutine versions of the primitives an async effect calls every time (``claim`` and
-        ``complete``), sent from the calling loop; None where they would hop to a thread anyway.
-        The engine awaits them in place of ``asyncio.to_thread(primitive, ...)``. Beside them,
-        ``complete_soon``: :meth:`complete_soon` for a task in an event loop (a plain call).
-        A ``claim`` or ``complete`` set on the instance (a test's spy, say) keeps its thread too."""
-        twins = self._twins
-        if twins is not None and ("claim" in self.__dict__ or "complete" in self.__dict__):
-            return {
-                name: twin
-                for name, twin in twins.items()
-                if ("complete" if name == "complete_soon" else name) not in self.__dict__
-            } or None
-        return twins
+    def async_store(self) -> AsyncStore | None:
+        """``claim``, ``complete`` and ``complete_pipelined`` sent from the calling loop (the
+        engine awaits them in place of ``asyncio.to_thread(primitive, ...)``); None where they
+        would hop to a thread anyway (replicas to wait for, a client the async wire cannot
+        serve), or where ``claim`` or ``complete`` is set on the instance (a test's spy, say).
+        A subclass's own ``claim`` or ``complete`` keeps its thread."""
+        if "claim" in self.__dict__ or "complete" in self.__dict__:
+            return None
+        return self._on_loop
+
+    def flush_pending(self) -> None:
+        """Read the replies this thread's pipelined completions still have pending (a run's end)."""
+        sync.flush_pending()
 
     async def _claim_async(self, key: str, request: ClaimRequest) -> Claim:
         layout, args = self._claim_args(key, request)
@@ -294,17 +286,17 @@ class RedisStore(KeyLayout, RedisOperations):
         keys, args = self._complete_args(key, token, result, result_state, retention_ms)
         return bool(await self._run_async("complete", key, keys, args))
 
-    def _complete_soon_async(
+    def _complete_pipelined_async(
         self,
         key: str,
         token: int,
-        settle: Callable[[bool | StoreError], None],
+        on_reply: Callable[[bool | StoreError], None],
         *,
         result: bytes | None,
         result_state: ResultState,
         retention_ms: int,
     ) -> bool:
-        """:meth:`complete_soon` on the async lane, from a task in an event loop: the reply is
+        """:meth:`complete_pipelined` on the async lane, from a task in an event loop: the reply is
         read by the task's next script on this store or at its run's end
         (:func:`~effectq.store.redis.wire.aio.flush_pending`)."""
         lane = self._async_lane
@@ -312,7 +304,7 @@ class RedisStore(KeyLayout, RedisOperations):
             return False
         keys, args = self._complete_args(key, token, result, result_state, retention_ms)
         return lane.send_pipelined(
-            self._scripts["complete"].sha, self._sources["complete"], keys, args, self._settled(key, settle)
+            self._scripts["complete"].sha, self._sources["complete"], keys, args, self._settled(key, on_reply)
         )
 
     def _settled(self, key: str, settle: Callable[[bool | StoreError], None]) -> Callable[[Any], None]:
@@ -374,22 +366,22 @@ class RedisStore(KeyLayout, RedisOperations):
             raise CompletionNotReplicatedError(key, acknowledged=acknowledged, required=self._wait_replicas)
         return bool(reply)
 
-    def complete_soon(
+    def complete_pipelined(
         self,
         key: str,
         token: int,
-        settle: Callable[[bool | StoreError], None],
+        on_reply: Callable[[bool | StoreError], None],
         *,
         result: bytes | None,
         result_state: ResultState,
         retention_ms: int,
     ) -> bool:
-        """:meth:`complete`, written now; ``settle`` gets its outcome when the reply is read.
+        """:meth:`complete`, written now; ``on_reply`` gets its outcome when the reply is read.
 
         The reply is read by this thread's next script on this store, which rides
         behind it on the same connection, or by :func:`~effectq.store.redis.wire.sync.flush_pending`
         (a run's end): the completion lands as soon as Redis reads it, the caller
-        just does not wait for the answer. ``settle`` gets what :meth:`complete`
+        just does not wait for the answer. ``on_reply`` gets what :meth:`complete`
         would return, or the :class:`~effectq.errors.StoreError` it would raise.
         Returns False when the completion was not written (no lane, replicas to
         wait for, or the write failed): the caller completes the usual way.
@@ -399,7 +391,7 @@ class RedisStore(KeyLayout, RedisOperations):
             return False
         keys, args = self._complete_args(key, token, result, result_state, retention_ms)
         return lane.send_pipelined(
-            self._scripts["complete"].sha, self._sources["complete"], keys, args, self._settled(key, settle)
+            self._scripts["complete"].sha, self._sources["complete"], keys, args, self._settled(key, on_reply)
         )
 
     def _complete_args(
@@ -562,3 +554,31 @@ def _refusal(status: Status | None) -> str:
     if status in (Status.DISPATCHED, Status.PENDING):
         return "it is in flight with a live lease; wait for it, or for the lease to run out"
     return ""
+
+
+class _OnTheLoop:
+    """A RedisStore's :class:`~effectq.store.base.AsyncStore`: its scripts sent on the async
+    wire from the calling loop; a subclass's own ``claim`` or ``complete`` in a thread."""
+
+    __slots__ = ("_pipelines", "_store", "claim", "complete")
+
+    def __init__(self, store: RedisStore, own_claim: bool, own_complete: bool) -> None:
+        self._store = store
+        self.claim = store._claim_async if own_claim else _in_thread(store.claim)
+        self.complete = store._complete_async if own_complete else _in_thread(store.complete)
+        self._pipelines = own_complete  # else its own complete is the one to call
+
+    def complete_pipelined(
+        self, key: str, token: int, on_reply: Callable[[bool | StoreError], None], **completion: Any
+    ) -> bool:
+        return self._pipelines and self._store._complete_pipelined_async(key, token, on_reply, **completion)
+
+    async def flush_pending(self) -> None:
+        await aio.flush_pending()
+
+
+def _in_thread(fn: Callable[..., Any]) -> Callable[..., Any]:
+    async def in_thread(*args: Any, **kwargs: Any) -> Any:
+        return await asyncio.to_thread(fn, *args, **kwargs)
+
+    return in_thread

@@ -270,7 +270,7 @@ def test_a_worker_shutting_down_tries_pending_writes_once_more(
     child's) try the writes the heartbeat still retries, and log each that does not land."""
     from celery import signals
 
-    from effectq.heartbeat import heartbeat
+    from effectq._runtime.leases import heartbeat
 
     effectq.celery.install(app, redis_store)
 

@@ -246,7 +246,7 @@ def test_a_worker_shutting_down_tries_pending_writes_once_more(
 ) -> None:
     """A forked worker process ends without atexit: the worker's shutdown tries the writes the
     heartbeat still retries, and logs each that does not land with what to do."""
-    from effectq.heartbeat import heartbeat
+    from effectq._runtime.leases import heartbeat
 
     rig = Rig(redis_store)
     rig.worker.start()

@@ -41,10 +41,10 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from .options import is_time_limit
+from ..options import is_time_limit
 
 if TYPE_CHECKING:
-    from .store.base import Store
+    from ..store.base import Store
 
 __all__ = ["Heartbeat", "Lease", "backoff", "heartbeat"]
 

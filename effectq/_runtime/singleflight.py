@@ -16,9 +16,16 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
-from typing import Any
+import time
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["Flight", "flights"]
+from .._engine.decide import is_crash
+from ..errors import InProgress, ReentrantEffectError
+
+if TYPE_CHECKING:
+    from .._engine.calls import Call
+
+__all__ = ["Flight", "flights", "follow", "follow_async"]
 
 
 class Flight:
@@ -120,3 +127,62 @@ class _Flights:
 
 
 flights = _Flights()
+
+
+def _shares(flight: Flight, call: Call) -> bool:
+    """Whether the leader's landed outcome is ``call``'s too: what a caller after it would get.
+
+    Not when the leader had another input (that caller's replay would be checked against
+    the record), nor when a control-flow exception aimed at the leader alone stopped it (a
+    cancellation, ^C, a worker's time limit): that says nothing of the effect, which the
+    record tells. A simulated crash (``effectq.testing``) stands for the whole process.
+    """
+    error = flight.error
+    if error is not None and not isinstance(error, Exception) and not is_crash(error):
+        return False
+    mine, theirs = call.input_hash, flight.input_hash
+    return not (mine and theirs and mine != theirs)
+
+
+def follow(flight: Flight, call: Call, me: int) -> Flight:
+    """Wait for the leader of ``call``'s key in this process.
+
+    Returns the landed flight when its outcome is ``call``'s too (see :func:`_shares`),
+    or else a flight ``call`` leads: it then asks the store, as a caller after the leader
+    does. The thread inside the leader's call cannot wait for it.
+    """
+    deadline = time.monotonic() + call.effect.options.wait
+    while True:
+        if flight.owner == me:
+            raise ReentrantEffectError(call.key, name=call.effect.name)
+        if not flight.wait(deadline - time.monotonic()):
+            raise InProgress(call.key, name=call.effect.name, waited=call.effect.options.wait)
+        flight, settled = _landed(flight, call, me)
+        if settled:
+            return flight
+
+
+async def follow_async(flight: Flight, call: Call, me: asyncio.Task[Any] | None) -> Flight:
+    """:func:`follow` for a task: neither the task inside the leader's call, nor one on a
+    loop a synchronous leader on this thread runs inside its call, can wait for it."""
+    deadline = time.monotonic() + call.effect.options.wait
+    while True:
+        if (me is not None and flight.owner is me) or flight.owner == threading.get_ident():
+            raise ReentrantEffectError(call.key, name=call.effect.name)
+        if not await flight.wait_async(deadline - time.monotonic()):
+            raise InProgress(call.key, name=call.effect.name, waited=call.effect.options.wait)
+        flight, settled = _landed(flight, call, me)
+        if settled:
+            return flight
+
+
+def _landed(flight: Flight, call: Call, me: object) -> tuple[Flight, bool]:
+    """After the leader landed: (its flight, True) when its outcome is ``call``'s; else
+    (a flight ``call`` leads, True), or (another caller's new flight to follow, False)."""
+    if _shares(flight, call):
+        call.run.stats.waited += 1
+        return flight, True
+    flight, leader = flights.join(call.store, call.key, call.input_hash, me)
+    if leader:
+        call.run.stats.waited += 1
+    return flight, leader

@@ -1,0 +1,244 @@
+"""The drivers: the only loops over a procedure, for sync, async and streaming effects.
+
+Each sends the procedure the result of the operation it yielded (or throws in what
+that raised) until it returns. Every decision is the procedure's: a driver only says
+how an operation is carried out here, blocking or awaited, and, for a stream, how the
+function's items reach the consumer. An exception raised into the driver itself (a
+time limit, from a signal handler) between two of the procedure's steps is thrown
+into the procedure where it waits, as if the operation it waits for had raised it:
+its step records what is true.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Generator, Iterator
+from typing import TYPE_CHECKING, Any
+
+from ..context import EffectContext, bind_effect, unbind_effect
+from ..errors import describe_exception
+from .calls import Call
+from .ops import _T, InvokeOp, Op, run_op_async, run_op_sync
+from .procedure import procedure
+
+if TYPE_CHECKING:
+    from .._runtime.singleflight import Flight
+    from ..store.base import AsyncStore, Store
+
+__all__ = [
+    "StreamClosed",
+    "drive_async",
+    "drive_async_generator",
+    "drive_generator",
+    "drive_sync",
+    "run_async",
+    "run_sync",
+]
+
+
+def run_sync(call: Call, invoke: Callable[[EffectContext], Any]) -> Any:
+    """Carry out a synchronous call: the procedure, driven blocking. Returns its value."""
+    return drive_sync(procedure(call), invoke)[0]
+
+
+async def run_async(call: Call, invoke: Callable[[EffectContext], Awaitable[Any]]) -> Any:
+    """Carry out an async call: the procedure, driven in the event loop. Returns its value."""
+    store = call.store
+    return (await drive_async(procedure(call), invoke, store, store.async_store()))[0]
+
+
+def drive_sync(proc: Generator[Op, Any, _T], invoke: Callable[[EffectContext], Any]) -> _T:
+    """Run the procedure, calling store primitives and the function directly."""
+    value: Any = None
+    error: BaseException | None = None
+    while True:
+        try:
+            while True:
+                op = proc.send(value) if error is None else proc.throw(error)
+                value = error = None
+                try:
+                    value = invoke(op.ctx) if type(op) is InvokeOp else run_op_sync(op)
+                except BaseException as exc:
+                    error = exc
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+        except BaseException as exc:
+            if inspect.getgeneratorstate(proc) == inspect.GEN_CLOSED:  # the procedure's own outcome
+                raise
+            value, error = None, exc
+
+
+async def drive_async(
+    proc: Generator[Op, Any, _T],
+    invoke: Callable[[EffectContext], Any],
+    store: Store | None = None,
+    astore: AsyncStore | None = None,
+) -> _T:
+    """Run the procedure in an event loop: store calls on ``astore`` (``store``'s async
+    twin) or in a worker thread, waits as awaits."""
+    value: Any = None
+    error: BaseException | None = None
+    while True:
+        try:
+            while True:
+                op = proc.send(value) if error is None else proc.throw(error)
+                value = error = None
+                try:
+                    if type(op) is InvokeOp:
+                        value = await invoke(op.ctx)
+                    else:
+                        value = await run_op_async(op, store, astore)
+                except BaseException as exc:
+                    error = exc
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+        except BaseException as exc:
+            if inspect.getgeneratorstate(proc) == inspect.GEN_CLOSED:  # the procedure's own outcome
+                raise
+            value, error = None, exc
+
+
+# -- streams --------------------------------------------------------------------------------
+
+
+class StreamClosed(BaseException):
+    """A stream's consumer closed it before its end; what the driver tells the procedure.
+
+    Not the function's exception: the stream may have partly applied, so it is recorded
+    as unknown whatever ``maybe_applied`` says. Never raised to the caller.
+    """
+
+    def __init__(self, count: int, detail: str = "") -> None:
+        items = "1 item" if count == 1 else f"{count} items"
+        super().__init__(f"the consumer closed the stream after {items}, before its end{detail}")
+
+
+def drive_generator(
+    proc: Generator[Op, Any, tuple[Any, bool]],
+    source: Callable[[], Iterator[Any]],
+    flight: Flight,
+    me: object,
+) -> Generator[Any, None, tuple[Any, bool]]:
+    """Run the procedure of a generator effect: its items stream through to the consumer,
+    the last one is what the procedure records. Returns the procedure's (value, executed).
+
+    ``source()`` starts the function; while the consumer holds an item, ``flight`` (this
+    key's in this process) is not ``me``'s: the consumer may call the effect again. A
+    consumer that closes the stream early closes the source inside the effect, and the
+    procedure records :class:`StreamClosed` (unknown).
+    """
+    value: Any = None
+    error: BaseException | None = None
+    while True:
+        try:
+            op = proc.send(value) if error is None else proc.throw(error)
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+        value = error = None
+        if type(op) is not InvokeOp:
+            try:
+                value = run_op_sync(op)
+            except BaseException as exc:
+                error = exc
+            continue
+        ctx = op.ctx
+        last: Any = None
+        count = 0
+        try:
+            items = source()
+            while True:
+                token = bind_effect(ctx)
+                try:
+                    item = next(items)
+                except StopIteration:
+                    break
+                finally:
+                    unbind_effect(token)
+                last = item
+                count += 1
+                flight.owner = None  # the consumer's now, outside the effect
+                try:
+                    yield item
+                except GeneratorExit:
+                    raise _close(items, ctx, count) from None
+                flight.owner = me
+            value = last
+        except BaseException as exc:
+            error = exc
+
+
+async def drive_async_generator(
+    proc: Generator[Op, Any, tuple[Any, bool]],
+    source: Callable[[], AsyncIterator[Any]],
+    flight: Flight,
+    me: object,
+    end: list[Any],
+    store: Store | None = None,
+    astore: AsyncStore | None = None,
+) -> AsyncGenerator[Any, None]:
+    """:func:`drive_generator` for an async generator effect; the procedure's (value,
+    executed) is appended to ``end`` (an async generator returns nothing)."""
+    value: Any = None
+    error: BaseException | None = None
+    while True:
+        try:
+            op = proc.send(value) if error is None else proc.throw(error)
+        except StopIteration as stop:
+            end.extend(stop.value)
+            return
+        value = error = None
+        if type(op) is not InvokeOp:
+            try:
+                value = await run_op_async(op, store, astore)
+            except BaseException as exc:
+                error = exc
+            continue
+        ctx = op.ctx
+        last: Any = None
+        count = 0
+        try:
+            items = source()
+            while True:
+                token = bind_effect(ctx)
+                try:
+                    item = await items.__anext__()
+                except StopAsyncIteration:
+                    break
+                finally:
+                    unbind_effect(token)
+                last = item
+                count += 1
+                flight.owner = None  # the consumer's now, outside the effect
+                try:
+                    yield item
+                except GeneratorExit:
+                    raise await _aclose(items, ctx, count) from None
+                flight.owner = me
+            value = last
+        except BaseException as exc:
+            error = exc
+
+
+def _close(source: Iterator[Any], ctx: EffectContext, count: int) -> StreamClosed:
+    """Close the source of a stream closed early, inside the effect (its cleanup may call
+    ``current_effect()``); a cleanup that raises goes into the record's reason."""
+    token = bind_effect(ctx)
+    try:
+        source.close()  # type: ignore[attr-defined]
+    except Exception as exc:
+        return StreamClosed(count, f"; closing its source raised {describe_exception(exc, 200)}")
+    finally:
+        unbind_effect(token)
+    return StreamClosed(count)
+
+
+async def _aclose(source: AsyncIterator[Any], ctx: EffectContext, count: int) -> StreamClosed:
+    """:func:`_close` for an async stream."""
+    token = bind_effect(ctx)
+    try:
+        await source.aclose()  # type: ignore[attr-defined]
+    except Exception as exc:
+        return StreamClosed(count, f"; closing its source raised {describe_exception(exc, 200)}")
+    finally:
+        unbind_effect(token)
+    return StreamClosed(count)

@@ -1,0 +1,218 @@
+"""The operations the procedure yields (a store primitive, a watch, a wait, the function,
+its reconcile hook, a pause) and how each is carried out, blocking or in an event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import threading
+import time
+from collections.abc import Callable, Generator
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from .._runtime.repairs import Settle
+from ..context import EffectContext
+from .calls import Call
+
+if TYPE_CHECKING:
+    from ..store.base import AsyncStore, Store
+
+
+class StoreOp:
+    __slots__ = ("args", "fn", "kwargs")
+
+    def __init__(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
+        self.fn, self.args, self.kwargs = fn, args, kwargs
+
+
+class WatchOp:
+    __slots__ = ("key", "store")
+
+    def __init__(self, store: Store, key: str) -> None:
+        self.store, self.key = store, key
+
+
+class BlockOp:
+    __slots__ = ("timeout", "watch")
+
+    def __init__(self, watch: Any, timeout: float) -> None:
+        self.watch, self.timeout = watch, timeout
+
+
+class InvokeOp:
+    __slots__ = ("ctx",)
+
+    def __init__(self, ctx: EffectContext) -> None:
+        self.ctx = ctx
+
+
+class ReconcileOp:
+    __slots__ = ("call", "ctx")
+
+    def __init__(self, call: Call, ctx: EffectContext) -> None:
+        self.call, self.ctx = call, ctx
+
+
+class PipelineOp:
+    """Write the completion now and read its reply later, where the store can (see
+    ``Store.complete_pipelined``); the driver says whether it was written (False: complete
+    the usual way). Only the thread or task that entered the call's run pipelines: its
+    run's end reads the replies still pending."""
+
+    __slots__ = ("attempt", "call", "kwargs", "token", "why")
+
+    def __init__(self, call: Call, token: int, attempt: int, kwargs: dict[str, Any], why: str) -> None:
+        self.call, self.token, self.attempt, self.kwargs, self.why = call, token, attempt, kwargs, why
+
+    def write(self, complete_pipelined: Callable[..., bool]) -> bool:
+        """Hand the completion to ``complete_pipelined`` (a store's, or its async twin's)."""
+        call = self.call
+        settle = Settle(call, self.token, self.attempt, self.kwargs, self.why)
+        if not complete_pipelined(call.key, self.token, settle, **self.kwargs):
+            return False
+        if settle.context is not None:
+            settle.written = time.time_ns()
+        return True
+
+
+class SleepOp:
+    __slots__ = ("seconds",)
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+
+Op = StoreOp | WatchOp | BlockOp | InvokeOp | ReconcileOp | PipelineOp | SleepOp
+
+
+_T = TypeVar("_T")
+
+
+Procedure = Generator[Op, Any, tuple[Any, bool]]
+
+
+class _SyncWatch:
+    """A subscription whose notifications wake a blocked thread."""
+
+    __slots__ = ("_event", "_unsubscribe")
+
+    def __init__(self, store: Store, key: str) -> None:
+        self._event = threading.Event()
+        self._unsubscribe = store.watch(key, self._event.set)
+
+    def block(self, timeout: float) -> None:
+        self._event.wait(timeout)
+        self._event.clear()
+
+    def close(self) -> None:
+        self._unsubscribe()
+
+
+class _AsyncWatch:
+    """A subscription whose notifications wake an awaiting task, never blocking the loop."""
+
+    __slots__ = ("_event", "_loop", "_unsubscribe")
+
+    def __init__(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._event = asyncio.Event()
+        self._unsubscribe: Callable[[], None] = lambda: None
+
+    def _notify(self) -> None:
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+            self._loop.call_soon_threadsafe(self._event.set)
+
+    async def open(self, store: Store, key: str) -> _AsyncWatch:
+        self._unsubscribe = await asyncio.to_thread(store.watch, key, self._notify)
+        return self
+
+    async def block(self, timeout: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._event.wait(), timeout)
+        self._event.clear()
+
+    def close(self) -> None:
+        self._unsubscribe()
+
+
+def run_op_sync(op: Op) -> Any:
+    """Carry out one operation other than invoking the function, blocking."""
+    kind = type(op)
+    if kind is StoreOp:
+        return op.fn(*op.args, **op.kwargs)  # type: ignore[union-attr]
+    if kind is PipelineOp:
+        run, store = op.call.run, op.call.store  # type: ignore[union-attr]
+        if run.thread != threading.get_ident() or not op.write(store.complete_pipelined):  # type: ignore[union-attr]
+            return False
+        run.pending(store)
+        return True
+    if kind is WatchOp:
+        return _SyncWatch(op.store, op.key)  # type: ignore[union-attr]
+    if kind is BlockOp:
+        return op.watch.block(op.timeout)  # type: ignore[union-attr]
+    if kind is ReconcileOp:
+        return _reconcile_sync(op)  # type: ignore[arg-type]
+    if kind is SleepOp:
+        return time.sleep(op.seconds)  # type: ignore[union-attr]
+    raise TypeError(f"not an operation: {op!r}")  # pragma: no cover
+
+
+def _reconcile_sync(op: ReconcileOp) -> Any:
+    hook = op.call.effect.options.reconcile
+    assert hook is not None
+    found = hook(op.call.key, op.call.arguments, op.ctx)
+    if inspect.isawaitable(found):
+        raise TypeError(
+            f"effect {op.call.effect.name} is synchronous but its reconcile hook is async; "
+            f"give it a synchronous hook"
+        )
+    return found
+
+
+async def run_op_async(op: Op, store: Store | None = None, astore: AsyncStore | None = None) -> Any:
+    """Carry out one operation other than invoking the function, in an event loop.
+
+    ``astore``: ``store.async_store()``, whose ``claim`` and ``complete`` are sent from this
+    loop (no thread hop); without it, store calls go to a worker thread, so a slow store
+    never blocks the loop."""
+    kind = type(op)
+    if kind is StoreOp:
+        fn = op.fn  # type: ignore[union-attr]
+        if astore is not None and getattr(fn, "__self__", None) is store:  # not a wrapper's own
+            name = fn.__name__
+            if name == "claim":
+                return await astore.claim(*op.args, **op.kwargs)  # type: ignore[union-attr]
+            if name == "complete":
+                return await astore.complete(*op.args, **op.kwargs)  # type: ignore[union-attr]
+        return await asyncio.to_thread(fn, *op.args, **op.kwargs)  # type: ignore[union-attr]
+    if kind is PipelineOp:
+        run = op.call.run  # type: ignore[union-attr]
+        task = run.task
+        if astore is None or task is None or task is not asyncio.current_task():
+            return False
+        if not op.write(astore.complete_pipelined):  # type: ignore[union-attr]
+            return False
+        run.pending_async(astore)
+        return True
+    if kind is WatchOp:
+        return await _AsyncWatch().open(op.store, op.key)  # type: ignore[union-attr]
+    if kind is BlockOp:
+        return await op.watch.block(op.timeout)  # type: ignore[union-attr]
+    if kind is ReconcileOp:
+        return await _reconcile_async(op)  # type: ignore[arg-type]
+    if kind is SleepOp:
+        return await asyncio.sleep(op.seconds)  # type: ignore[union-attr]
+    raise TypeError(f"not an operation: {op!r}")  # pragma: no cover
+
+
+async def _reconcile_async(op: ReconcileOp) -> Any:
+    hook = op.call.effect.options.reconcile
+    assert hook is not None
+    if inspect.iscoroutinefunction(hook):
+        return await hook(op.call.key, op.call.arguments, op.ctx)
+    found = await asyncio.to_thread(hook, op.call.key, op.call.arguments, op.ctx)
+    if inspect.isawaitable(found):
+        return await found
+    return found

@@ -1,0 +1,175 @@
+"""Recording what a claim's holder did: the result, or what the function's exception means.
+
+A completion the store fails to take is retried inline, then handed to the background
+(:mod:`effectq._runtime.repairs`); so is any write an exception raised into the call cuts
+short. ``_store`` and ``_write`` are the procedure's way to call a store primitive.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Generator
+from typing import Any
+
+from .._runtime.leases import heartbeat
+from .._runtime.repairs import _complete_later, _completion, _log_taken_over, _refusal, _write_later
+from ..errors import CompletionNotReplicatedError, EffectqError, StoreError, describe_exception
+from ..events import EventKind
+from ..store.base import ResultState
+from .calls import Call, _emit
+from .decide import is_crash, may_have_applied
+from .ops import Op, PipelineOp, SleepOp, StoreOp
+
+log_complete = logging.getLogger("effectq.complete")
+log_release = logging.getLogger("effectq.release")
+log_unknown = logging.getLogger("effectq.unknown")
+
+
+COMPLETE_RETRIES = (0.05, 0.2, 0.5)
+"""Pauses between inline retries of a completion the store failed to take."""
+
+
+_COMPLETE_PAUSES = (*COMPLETE_RETRIES, None)
+
+
+def _store(call: Call, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Generator[Op, Any, Any]:
+    """One store primitive; a failure is reported as a store_error event and raised."""
+    started = time.time_ns()
+    try:
+        return (yield StoreOp(fn, *args, **kwargs))
+    except StoreError as exc:
+        _store_failed(call, fn, started, exc)
+        raise
+
+
+def _store_failed(call: Call, fn: Callable[..., Any], started: int, exc: StoreError) -> None:
+    _emit(call, EventKind.STORE_ERROR, started, error=str(exc), step=getattr(fn, "__name__", "store"))
+
+
+def _failed(
+    call: Call, token: int, attempt: int, lease: Any, started: int, exc: BaseException
+) -> Generator[Op, Any, None]:
+    """The function raised: record unknown or released (as its exception says), then raise it.
+
+    Its callers hand the write to the heartbeat when another exception (a time limit)
+    cuts this short: see :func:`_failed_later`.
+    """
+    effect, store, key = call.effect, call.store, call.key
+    options = effect.options
+    heartbeat.drop(lease)
+    call.run.stats.failed += 1
+    if is_crash(exc):
+        raise exc
+    maybe = may_have_applied(options, exc)
+    _emit(
+        call,
+        EventKind.UNKNOWN if maybe else EventKind.RELEASED,
+        started,
+        attempt=attempt,
+        error=describe_exception(exc),
+        step="execute",
+    )
+    if maybe:
+        log_unknown.error(
+            "effectq %s raised %s, which may mean it applied: recorded as unknown (key %s)",
+            effect.name,
+            describe_exception(exc),
+            key,
+        )
+        yield from _write("mark_unknown", call, store.mark_unknown, key, token, error=describe_exception(exc))
+    else:
+        log_release.info(
+            "effectq %s raised %s: not applied, released (key %s)", effect.name, type(exc).__name__, key
+        )
+        yield from _write(
+            "release",
+            call,
+            store.release,
+            key,
+            token,
+            error=describe_exception(exc),
+            retention_ms=options.retention_ms,
+        )
+    raise exc
+
+
+def _record(
+    call: Call,
+    token: int,
+    value: Any,
+    attempt: int = 0,
+    pipeline: bool = False,
+    recording: list[bool] | None = None,
+) -> Generator[Op, Any, None]:
+    """Record the result.
+
+    ``pipeline``: the function just ran under the claim: the completion may be written
+    without waiting for its reply (see :class:`.ops.PipelineOp`), which is then read by
+    the next script on that connection or at the run's end. ``recording[0]`` is set as
+    this takes the completion over from its caller (see :func:`procedure`).
+
+    An exception raised into this (a time limit, a cancellation) before the completion
+    is known to have landed hands it to the heartbeat, tried at once, and is raised.
+    """
+    effect, store, key = call.effect, call.store, call.key
+    options = effect.options
+    kwargs: dict[str, Any] | None = None
+    try:
+        if recording is not None:
+            recording[0] = True  # no call before it: nothing can cut in between
+        data, state, why = effect.codec.encode(value, options.max_result_bytes)
+        kwargs = {"result": data, "result_state": state, "retention_ms": options.retention_ms}
+        if state is ResultState.STORED:
+            if pipeline and (yield PipelineOp(call, token, attempt, kwargs, why)):
+                return
+        else:
+            log_complete.warning(
+                "effectq %s applied but its result is not recorded (%s); a replay will raise "
+                "ResultNotRecordedError (key %s)",
+                effect.name,
+                why,
+                key,
+            )
+        for pause in _COMPLETE_PAUSES:
+            started = time.time_ns()
+            try:
+                recorded = yield StoreOp(store.complete, key, token, **kwargs)
+            except CompletionNotReplicatedError as exc:
+                _emit(call, EventKind.COMPLETED, started, attempt=attempt, error=str(exc))
+                log_complete.error("effectq %s: %s", effect.name, exc)
+                raise CompletionNotReplicatedError(
+                    key, acknowledged=exc.acknowledged, required=exc.required, name=effect.name, result=value
+                ) from None
+            except StoreError as exc:
+                _store_failed(call, store.complete, started, exc)
+                if pause is not None:
+                    yield SleepOp(pause)
+                    continue
+                _complete_later(call, token, exc, kwargs)
+                return
+            if not recorded:
+                _log_taken_over(call, token)
+            else:
+                _emit(call, EventKind.COMPLETED, started, attempt=attempt, error=why)
+            return
+    except BaseException as cut:
+        if is_crash(cut) or isinstance(cut, EffectqError):
+            raise
+        _complete_later(call, token, cut, kwargs or _completion(call, value))
+        raise
+
+
+def _write(
+    what: str, call: Call, fn: Callable[..., Any], *args: Any, **kwargs: Any
+) -> Generator[Op, Any, None]:
+    """A transition after a failure: a store error is logged and retried in the background."""
+    try:
+        done = yield from _store(call, fn, *args, **kwargs)
+    except StoreError as exc:
+        log_release.error("effectq %s of %s failed (%s); retrying in the background", what, call.key, exc)
+        _write_later(what, call, fn, args, kwargs, exc)
+        return
+    if not done:
+        refused, level = _refusal(call, args[1], what)
+        log_release.log(level, "effectq %s of %s was refused: %s", what, call.key, refused)
