@@ -81,6 +81,12 @@ class Run:
 
     def __init__(self, run_id: str, store: Store, metadata: Mapping[str, Any] | None = None) -> None:
         self.id = check_run_id(run_id)
+        if Store not in type(store).__mro__:
+            raise ConfigurationError(
+                f"{type(store).__qualname__} does not subclass effectq.Store: a store subclasses it "
+                "(class MyStore(effectq.Store): ...), which gives the optional capabilities "
+                "(prefetch, complete_pipelined, flush_pending, async_store) their defaults"
+            )
         self.store = store
         self.metadata: Mapping[str, Any] = dict(metadata or {})
         self.stats = RunStats()

@@ -692,3 +692,33 @@ def test_holding_a_lease_does_not_wake_the_heartbeat_each_call(
         for n in range(300):
             act(n)
     assert len(wakes) <= 1  # at most the idle heartbeat's first look after a long sleep
+
+
+def test_a_store_that_does_not_subclass_store_is_refused_before_any_side_effect(store: effectq.Store) -> None:
+    """A store written against the protocol alone (forwarding the primitives) lacks the optional
+    capabilities' defaults: binding a run with it fails at once with what to change, instead of
+    the engine failing after the function ran."""
+
+    class Forwarding:
+        def __init__(self, inner: effectq.Store) -> None:
+            self._inner = inner
+
+        def __getattr__(self, name: str) -> Any:
+            if name in ("prefetch", "complete_pipelined", "flush_pending", "async_store"):
+                raise AttributeError(name)
+            return getattr(self._inner, name)
+
+    calls: list[int] = []
+
+    @effectq.effect(name="structural.send")
+    def send(n: int) -> int:
+        calls.append(n)
+        return n
+
+    run_id = f"structural-{uuid.uuid4().hex[:8]}"
+    with (
+        pytest.raises(effectq.ConfigurationError, match=r"does not subclass effectq\.Store"),
+        effectq.run(run_id, store=Forwarding(store)),  # type: ignore[arg-type]
+    ):
+        send(1)
+    assert calls == []
