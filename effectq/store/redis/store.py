@@ -9,11 +9,9 @@ which routes each call to its slot's primary and follows ``MOVED``/``ASK``.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from importlib import resources
 from typing import TYPE_CHECKING, Any
 
 from ..._runtime.leases import heartbeat
@@ -28,18 +26,19 @@ from ...errors import (
 )
 from ...keys import check_namespace
 from ...options import Duration, seconds
-from ..base import AsyncStore, Claim, ClaimKind, ClaimRequest, Record, ResultState, Status, Store, Unsubscribe
+from ..base import Claim, ClaimKind, ClaimRequest, Record, ResultState, Status, Store, Unsubscribe
 from .admin import RedisOperations
+from .aio_store import AsyncScripts, OnTheLoop
 from .cluster import check_cluster, is_cluster
 from .connect import client_from_url, protect_client
 from .errors import failure, raise_failure
 from .layout import KeyLayout, Layout
 from .notify import Notifier
-from .replicas import run_and_wait
 from .replies import STATUS, Prefetched, decode_claim, decode_read, packed_claim, text, when
+from .scripts import SCRIPTS, ScriptCalls, lua
 from .sentinel import sentinel_lane_for
-from .wire import aio, sync
-from .wire.aio import AsyncLane, async_lane_for
+from .wire import sync
+from .wire.aio import async_lane_for
 from .wire.sync import lane_for
 
 if TYPE_CHECKING:
@@ -49,18 +48,8 @@ __all__ = ["RedisStore"]
 
 log = logging.getLogger("effectq.store")
 
-_SCRIPTS = ("claim", "complete", "release", "mark_unknown", "dispatch", "renew", "resolve", "read", "purge")
-_RETRY_SAFE = frozenset({"claim", "complete", "dispatch", "renew", "resolve", "read"})
-"""Scripts that may run twice: a retried claim of the same owner gets its grant back, a
-completion, dispatch or renewal of the same token is idempotent, a resolve finding the record
-settled as it asks reports it settled, a read writes nothing."""
 
-
-def _lua(name: str) -> str:
-    return resources.files(__package__).joinpath("lua", f"{name}.lua").read_text("utf-8")
-
-
-class RedisStore(KeyLayout, RedisOperations, Store):
+class RedisStore(KeyLayout, ScriptCalls, AsyncScripts, RedisOperations, Store):
     """A store on Redis (or fakeredis with lupa, which runs the same Lua).
 
     Besides the store primitives it has the operator ones (listing, summary,
@@ -110,16 +99,16 @@ class RedisStore(KeyLayout, RedisOperations, Store):
         if self._sharded:
             check_cluster(client)
         self._publish = "s" if self._sharded else ""
-        self._sources = {name: _lua(name) for name in _SCRIPTS}
+        self._sources = {name: lua(name) for name in SCRIPTS}
         self._scripts = {name: client.register_script(source) for name, source in self._sources.items()}
         self._lane = lane_for(client) or sentinel_lane_for(client)
         self._async_lane = None if self._wait_replicas else async_lane_for(client, self._lane)
-        self._on_loop: _OnTheLoop | None = None
+        self._on_loop = None
         if self._async_lane is not None:  # a subclass's own claim or complete keeps its thread
             own_claim = type(self).claim is RedisStore.claim
             own_complete = type(self).complete is RedisStore.complete
             if own_claim or own_complete:
-                self._on_loop = _OnTheLoop(self, own_claim, own_complete)
+                self._on_loop = OnTheLoop(self, own_claim, own_complete)
         self._notifier = Notifier(client, self.channels(), sharded=self._sharded)
 
     @classmethod
@@ -196,52 +185,6 @@ class RedisStore(KeyLayout, RedisOperations, Store):
         """How many replicas must acknowledge a claim and a completion (0: none)."""
         return self._wait_replicas
 
-    def _run(self, name: str, key: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
-        script = self._scripts[name]
-        try:
-            if self._lane is not None:
-                return self._lane.evalsha(
-                    script.sha, self._sources[name], keys, args, retry=name in _RETRY_SAFE
-                )
-            return script(keys=keys, args=args)
-        except Exception as exc:
-            raise_failure(name, key, exc)
-
-    def _run_replicated(self, name: str, key: str, keys: list[str], args: list[Any]) -> tuple[Any, int]:
-        """A script whose write a failover must not lose: (reply, replicas that acknowledged).
-
-        Without ``wait_replicas`` it is a plain call and reports 0 acknowledgements, all it asked for.
-        """
-        if not self._wait_replicas:
-            return self._run(name, key, keys, args), 0
-        try:
-            if self._lane is not None:
-                return self._lane.evalsha_wait(
-                    self._scripts[name].sha,
-                    self._sources[name],
-                    keys,
-                    args,
-                    replicas=self._wait_replicas,
-                    timeout_ms=self._replica_timeout_ms,
-                    retry=name in _RETRY_SAFE,
-                )
-            return run_and_wait(
-                self._client,
-                self._scripts[name],
-                keys,
-                args,
-                replicas=self._wait_replicas,
-                timeout_ms=self._replica_timeout_ms,
-                cluster=self._sharded,
-            )
-        except StoreError:
-            raise
-        except Exception as exc:
-            raise_failure(name, key, exc)
-
-    def _short(self, acknowledged: int) -> bool:
-        return acknowledged < self._wait_replicas
-
     # -- primitives ---------------------------------------------------------------------
 
     def claim(self, key: str, request: ClaimRequest) -> Claim:
@@ -256,56 +199,9 @@ class RedisStore(KeyLayout, RedisOperations, Store):
             )
         return claim
 
-    def async_store(self) -> AsyncStore | None:
-        """``claim``, ``complete`` and ``complete_pipelined`` sent from the calling loop (the
-        engine awaits them in place of ``asyncio.to_thread(primitive, ...)``); None where they
-        would hop to a thread anyway (replicas to wait for, a client the async wire cannot
-        serve), or where ``claim`` or ``complete`` is set on the instance (a test's spy, say).
-        A subclass's own ``claim`` or ``complete`` keeps its thread."""
-        if "claim" in self.__dict__ or "complete" in self.__dict__:
-            return None
-        return self._on_loop
-
     def flush_pending(self) -> None:
         """Read the replies this thread's pipelined completions still have pending (a run's end)."""
         sync.flush_pending()
-
-    async def _claim_async(self, key: str, request: ClaimRequest) -> Claim:
-        layout, args = self._claim_args(key, request)
-        return decode_claim(key, await self._run_async("claim", key, layout.script_keys, args))
-
-    async def _complete_async(
-        self,
-        key: str,
-        token: int,
-        *,
-        result: bytes | None,
-        result_state: ResultState,
-        retention_ms: int,
-    ) -> bool:
-        keys, args = self._complete_args(key, token, result, result_state, retention_ms)
-        return bool(await self._run_async("complete", key, keys, args))
-
-    def _complete_pipelined_async(
-        self,
-        key: str,
-        token: int,
-        on_reply: Callable[[bool | StoreError], None],
-        *,
-        result: bytes | None,
-        result_state: ResultState,
-        retention_ms: int,
-    ) -> bool:
-        """:meth:`complete_pipelined` on the async lane, from a task in an event loop: the reply is
-        read by the task's next script on this store or at its run's end
-        (:func:`~effectq.store.redis.wire.aio.flush_pending`)."""
-        lane = self._async_lane
-        if lane is None:
-            return False
-        keys, args = self._complete_args(key, token, result, result_state, retention_ms)
-        return lane.send_pipelined(
-            self._scripts["complete"].sha, self._sources["complete"], keys, args, self._settled(key, on_reply)
-        )
 
     def _settled(self, key: str, settle: Callable[[bool | StoreError], None]) -> Callable[[Any], None]:
         """A posted completion's reply (or the exception that stopped it being read) as
@@ -320,18 +216,6 @@ class RedisStore(KeyLayout, RedisOperations, Store):
                 settle(bool(reply))
 
         return settled
-
-    async def _run_async(self, name: str, key: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
-        lane = self._async_lane
-        assert lane is not None
-        if not AsyncLane.serves(asyncio.get_running_loop()):
-            return await asyncio.to_thread(self._run, name, key, keys, args)
-        try:
-            return await lane.evalsha(
-                self._scripts[name].sha, self._sources[name], keys, args, retry=name in _RETRY_SAFE
-            )
-        except Exception as exc:
-            raise_failure(name, key, exc)
 
     def _claim_args(self, key: str, request: ClaimRequest) -> tuple[Layout, list[Any]]:
         """claim.lua's layout and arguments, for either path."""
@@ -554,31 +438,3 @@ def _refusal(status: Status | None) -> str:
     if status in (Status.DISPATCHED, Status.PENDING):
         return "it is in flight with a live lease; wait for it, or for the lease to run out"
     return ""
-
-
-class _OnTheLoop:
-    """A RedisStore's :class:`~effectq.store.base.AsyncStore`: its scripts sent on the async
-    wire from the calling loop; a subclass's own ``claim`` or ``complete`` in a thread."""
-
-    __slots__ = ("_pipelines", "_store", "claim", "complete")
-
-    def __init__(self, store: RedisStore, own_claim: bool, own_complete: bool) -> None:
-        self._store = store
-        self.claim = store._claim_async if own_claim else _in_thread(store.claim)
-        self.complete = store._complete_async if own_complete else _in_thread(store.complete)
-        self._pipelines = own_complete  # else its own complete is the one to call
-
-    def complete_pipelined(
-        self, key: str, token: int, on_reply: Callable[[bool | StoreError], None], **completion: Any
-    ) -> bool:
-        return self._pipelines and self._store._complete_pipelined_async(key, token, on_reply, **completion)
-
-    async def flush_pending(self) -> None:
-        await aio.flush_pending()
-
-
-def _in_thread(fn: Callable[..., Any]) -> Callable[..., Any]:
-    async def in_thread(*args: Any, **kwargs: Any) -> Any:
-        return await asyncio.to_thread(fn, *args, **kwargs)
-
-    return in_thread

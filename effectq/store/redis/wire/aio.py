@@ -31,8 +31,9 @@ from typing import Any
 from ..errors import mark_unsent as _unsent
 from .frames import command as _command
 from .frames import frame as frame_script
+from .posted import MAX_PENDING, OnReply, Pending, deliver_all, deliver_each, ordinary
 from .redispy import async_settings, writer_of
-from .sync import _MAX_PENDING, Lane, OnReply, _deliver_all, _deliver_each, _ordinary, _Pending
+from .sync import Lane
 
 __all__ = ["AsyncLane", "async_lane_for", "flush_pending"]
 
@@ -45,7 +46,7 @@ _PENDING = "_effectq_pending_replies"
 _generation = 0
 """Bumped in a forked child: stacks of an earlier generation are the parent's, never used."""
 
-_Owing = tuple[Any, _Pending]
+_Owing = tuple[Any, Pending]
 """A connection that owes a task replies, and the posted scripts they answer."""
 
 
@@ -171,7 +172,7 @@ class AsyncLane:
         owing = _pending_made(loop)
         mine = owing.get(task)
         held = mine.get(self) if mine else None
-        pending: _Pending
+        pending: Pending
         if held is None:
             idle = stacks[1].get(self)
             if not idle or sum(self in lanes for lanes in owing.values()) >= self._keep:
@@ -179,7 +180,7 @@ class AsyncLane:
             conn, pending = idle[-1], []
         else:
             conn, pending = held
-            if len(pending) >= _MAX_PENDING:
+            if len(pending) >= MAX_PENDING:
                 return False  # sent the usual way, it reads these first
         writer = writer_of(conn)
         if writer is None or writer.transport.is_closing():
@@ -191,7 +192,7 @@ class AsyncLane:
             writer.write(frame)
         except BaseException as exc:
             writer.transport.abort()  # a frame maybe cut short must reach no other script
-            if _ordinary(exc):
+            if ordinary(exc):
                 return False  # the usual way finds out what is wrong
             raise  # a time limit is the task's; a connection held is found closed when next read
         pending += ((on_reply, frame, source),)  # no call: the reply is pending before anyone can read it
@@ -230,10 +231,10 @@ class AsyncLane:
             reply = await self._loaded(conn, reply, frame, source)
         except BaseException as exc:  # the pending replies in hand stand; a NOSCRIPT one never ran
             _abandon(conn, [], exc)
-            _deliver_each(pending, [exc if isinstance(r, self._noscript) else r for r in replies])
+            deliver_each(pending, [exc if isinstance(r, self._noscript) else r for r in replies])
             raise
         await self._give(conn)
-        _deliver_each(pending, replies)
+        deliver_each(pending, replies)
         if isinstance(reply, self._response_error):
             raise reply
         return reply
@@ -246,13 +247,13 @@ class AsyncLane:
             await self._rerun_unloaded(conn, pending, replies)
         except BaseException as exc:
             _abandon(conn, pending, exc)
-            if _ordinary(exc):
+            if ordinary(exc):
                 return
             raise  # a time limit too, once every reply pending is settled
         await self._give(conn)
-        _deliver_each(pending, replies)
+        deliver_each(pending, replies)
 
-    async def _rerun_unloaded(self, conn: Any, pending: _Pending, replies: list[Any]) -> bool:
+    async def _rerun_unloaded(self, conn: Any, pending: Pending, replies: list[Any]) -> bool:
         """From the first post that met NOSCRIPT on, every post run again in order, the script
         loaded (as :meth:`Lane._rerun_unloaded`); returns whether any was."""
         first = next((i for i, reply in enumerate(replies) if isinstance(reply, self._noscript)), None)
@@ -453,13 +454,13 @@ def _closed(conn: Any) -> bool:
     return writer is None or bool(writer.transport.is_closing())
 
 
-def _abandon(conn: Any, pending: _Pending, exc: BaseException) -> None:
+def _abandon(conn: Any, pending: Pending, exc: BaseException) -> None:
     """A connection that failed owing replies: closed at once (never reused), each pending post
     settled with ``exc``. Synchronous, so a cancelled task still gets it done."""
     writer = writer_of(conn)
     if writer is not None:
         writer.transport.abort()
-    _deliver_all(pending, exc)
+    deliver_all(pending, exc)
 
 
 async def flush_pending() -> None:

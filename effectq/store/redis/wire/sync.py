@@ -29,13 +29,13 @@ import logging
 import os
 import threading
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-from ....options import is_time_limit
 from ..errors import mark_unsent as _unsent
 from .frames import command as _command
 from .frames import frame as frame_script
+from .posted import MAX_PENDING, OnReply, Pending, deliver_all, deliver_each, ordinary
 from .redispy import protect_connection as _protect_connection
 from .redispy import socket_of
 
@@ -47,17 +47,8 @@ _lanes_lock = threading.Lock()
 _pending = threading.local()
 """Per thread, ``lanes``: the lanes on which this thread owes replies it has not read."""
 
-OnReply = Callable[[Any], None]
-"""Takes a posted script's reply, or the exception that stopped it being read."""
-
-_Pending = list[tuple[OnReply, bytes, str | bytes]]
-"""Posted scripts whose replies a connection owes: (settle, frame, script source) each."""
-
 _IDLE, _BROKEN, _NEW = object(), object(), object()
 """Where :meth:`Lane._take` found a connection: the idle stack, the broken one, the pool."""
-
-_MAX_PENDING = 64
-"""Posted replies a connection may owe before the next post reads them first."""
 
 
 def _forget_all() -> None:  # a forked child must not write on, or read from, its parent's sockets
@@ -170,11 +161,11 @@ class Lane:
             lanes.append(self)
         local = self._local
         held = getattr(local, "conn", None)
-        if held is not None and (len(local.pending) >= _MAX_PENDING or socket_of(held) is not local.sock):
+        if held is not None and (len(local.pending) >= MAX_PENDING or socket_of(held) is not local.sock):
             self.flush()  # a connection closed meanwhile settles its pending posts as failed
             held = None
         conn = None
-        pending: _Pending = []
+        pending: Pending = []
         try:
             if held is None:
                 conn, kind = self._take()
@@ -191,8 +182,8 @@ class Lane:
                     conn.disconnect()
                 finally:
                     self._broken += (conn,)
-            _deliver_all(pending, exc)
-            if _ordinary(exc):
+            deliver_all(pending, exc)
+            if ordinary(exc):
                 return False
             raise
         pending += ((on_reply, frame, source),)  # no call from here on: nothing can land in between
@@ -216,14 +207,14 @@ class Lane:
                 conn.disconnect()
             finally:
                 self._broken += (conn,)
-            _deliver_all(pending, exc)
-            if _ordinary(exc):
+            deliver_all(pending, exc)
+            if ordinary(exc):
                 return
             raise
         self._idle += (conn,)
-        _deliver_each(pending, replies)
+        deliver_each(pending, replies)
 
-    def _read_pending(self, conn: Any, sock: Any, pending: _Pending) -> list[Any]:
+    def _read_pending(self, conn: Any, sock: Any, pending: Pending) -> list[Any]:
         """The replies ``conn`` owes, which only ``sock`` can bring: a connection closed since
         (``pool.disconnect()``, a client's ``close()``), or opened again, has lost them."""
         if socket_of(conn) is not sock:
@@ -236,7 +227,7 @@ class Lane:
             f"the connection to {conn.host}:{conn.port} was closed while it pending replies"
         )
 
-    def _rerun_unloaded(self, conn: Any, pending: _Pending, replies: list[Any]) -> bool:
+    def _rerun_unloaded(self, conn: Any, pending: Pending, replies: list[Any]) -> bool:
         """Posts that met NOSCRIPT (a flushed script cache, a Redis restart): the script loaded, and
         from the first such post on, every post run again in the order they were sent, since those
         behind it ran before it did. Returns whether any was: the script written behind them ran
@@ -323,7 +314,7 @@ class Lane:
                 conn.disconnect()
             finally:
                 self._broken += (conn,)
-            _deliver_all(pending, exc)
+            deliver_all(pending, exc)
             if not written and isinstance(exc, self._connection_error):
                 return self._exchange(frame, source, True, pair=pair)  # nothing of it was written
             if isinstance(exc, self._timeout) or not isinstance(exc, self._errors):
@@ -343,10 +334,10 @@ class Lane:
                 conn.disconnect()
             finally:
                 self._broken += (conn,)
-            _deliver_each(pending, [exc if isinstance(r, self._noscript) else r for r in replies])
+            deliver_each(pending, [exc if isinstance(r, self._noscript) else r for r in replies])
             raise
         self._idle += (conn,)
-        _deliver_each(pending, replies)
+        deliver_each(pending, replies)
         return answer
 
     def close(self) -> None:
@@ -429,33 +420,6 @@ class Lane:
     def _read_pair(self, conn: Any) -> tuple[Any, Any]:
         first = self._read(conn)
         return first, self._read(conn)
-
-
-def _ordinary(exc: BaseException) -> bool:
-    """Whether ``exc`` is a failure the wire reports in what it returns, once what was pending is
-    settled with it; else (a time limit, a ``BaseException``) it is the caller's, raised."""
-    return isinstance(exc, Exception) and not is_time_limit(exc)
-
-
-def _deliver_all(pending: _Pending, outcome: Any) -> None:
-    _deliver_each(pending, [outcome] * len(pending))
-
-
-def _deliver_each(pending: _Pending, replies: list[Any]) -> None:
-    """Hand each posted script its reply. A settle that raises is logged: it must not fail the
-    exchange whose reply came with it, nor keep the others from theirs. A time limit raised in
-    one is the task's: raised once every other got its reply."""
-    limit: BaseException | None = None
-    for (on_reply, _, _), reply in zip(pending, replies, strict=True):
-        try:
-            on_reply(reply)
-        except Exception as exc:
-            if is_time_limit(exc):
-                limit = limit or exc
-            else:
-                _log.exception("effectq: settling a posted script's reply failed")
-    if limit is not None:
-        raise limit
 
 
 def lane_for(client: Any) -> Lane | None:
