@@ -82,11 +82,7 @@ class Run:
     def __init__(self, run_id: str, store: Store, metadata: Mapping[str, Any] | None = None) -> None:
         self.id = check_run_id(run_id)
         if Store not in type(store).__mro__:
-            raise ConfigurationError(
-                f"{type(store).__qualname__} does not subclass effectq.Store: a store subclasses it "
-                "(class MyStore(effectq.Store): ...), which gives the optional capabilities "
-                "(prefetch, complete_pipelined, flush_pending, async_store) their defaults"
-            )
+            _check_capabilities(store)
         self.store = store
         self.metadata: Mapping[str, Any] = dict(metadata or {})
         self.stats = RunStats()
@@ -201,6 +197,21 @@ class RunScope:
                     await store.flush_pending()
         finally:
             self.__exit__(exc_type, exc, tb)
+
+
+_CAPABILITIES = ("prefetch", "complete_pipelined", "flush_pending", "async_store")
+
+
+def _check_capabilities(store: object) -> None:
+    """A store that does not subclass :class:`~effectq.store.base.Store` (a wrapper that
+    forwards, say) must still have every optional capability the engine may call."""
+    missing = [name for name in _CAPABILITIES if not hasattr(store, name)]
+    if missing:
+        raise ConfigurationError(
+            f"{type(store).__qualname__} does not subclass effectq.Store and has no "
+            f"{', '.join(missing)}: subclass it (class MyStore(effectq.Store): ...), which gives "
+            "the optional capabilities their defaults"
+        )
 
 
 def run(run_id: str, *, store: Store | None = None, **metadata: Any) -> RunScope:
