@@ -14,10 +14,11 @@ import functools
 import inspect
 import threading
 import types
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from datetime import timedelta
 from typing import Any, Generic, ParamSpec, TypeVar, overload
 
+from . import switch
 from ._engine.calls import Call, new_owner
 from ._engine.drive import StreamClosed, drive_async_generator, drive_generator, run_async, run_sync
 from ._engine.procedure import procedure
@@ -30,15 +31,19 @@ from .errors import (
     InvalidInputError,
     NoActiveRun,
 )
+from .events import EventKind
 from .keys import bridge_hash, bridge_key, check_key, check_name, default_key, legacy_keys, sha256
 from .options import (
     FROM_ANNOTATION,
     EffectOptions,
     OnMismatch,
     ReconcileOn,
+    Redact,
     classifier,
+    redaction,
     seconds,
 )
+from .outcome import Outcome, Streamed
 from .runs import active_run
 from .store.base import ClaimRequest
 
@@ -46,6 +51,7 @@ __all__ = ["Effect", "effect"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
+T = TypeVar("T")
 
 KeyFunction = Callable[[dict[str, Any], KeyContext], str]
 ReconcileHook = Callable[[str, dict[str, Any], EffectContext], Any]
@@ -105,7 +111,7 @@ class Effect(Generic[P, R]):
                     annotation = self.options.result_type
                     if annotation is FROM_ANNOTATION:
                         annotation = result_annotation(self.fn, name=self.name)
-                    self._codec = ResultCodec(annotation, name=self.name)
+                    self._codec = ResultCodec(annotation, name=self.name, redact=self.options.redact)
                 codec = self._codec
         return codec
 
@@ -117,6 +123,8 @@ class Effect(Generic[P, R]):
         return self._prepare(args, kwargs).key
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        if switch.on:
+            return switch.call_plain(self, args, kwargs)  # type: ignore[no-any-return]
         call = self._prepare(args, kwargs)
         kind = self._invoke_kind
         if kind == "sync":
@@ -126,6 +134,53 @@ class Effect(Generic[P, R]):
         if kind == "gen":
             return self._stream(call, args, kwargs)  # type: ignore[return-value]
         return self._stream_async(call, args, kwargs)  # type: ignore[return-value]
+
+    # -- the result with how it came -----------------------------------------------------
+
+    def call_with_outcome(self, *args: P.args, **kwargs: P.kwargs) -> Outcome[R]:
+        """Call a synchronous effect; returns its result with how it came (an :class:`Outcome`):
+        executed, replayed, reconciled or waited for, with the key and idempotency key."""
+        self._expect("sync", "call_with_outcome")
+        if switch.on:
+            return switch.plain_outcome(self, args, kwargs)
+        call = self._prepare(args, kwargs)
+        seen: list[tuple[Any, EventKind]] = []
+        self._call_sync(call, args, kwargs, seen)
+        return Outcome(*seen[0], call.key, call.store.namespace)
+
+    async def acall_with_outcome(
+        self: Effect[P, Awaitable[T]], *args: P.args, **kwargs: P.kwargs
+    ) -> Outcome[T]:
+        """:meth:`call_with_outcome` for an async effect: ``await effect.acall_with_outcome(...)``."""
+        self._expect("async", "acall_with_outcome")
+        if switch.on:
+            return await switch.plain_outcome_async(self, args, kwargs)
+        call = self._prepare(args, kwargs)
+        seen: list[tuple[Any, EventKind]] = []
+        await self._call_async(call, args, kwargs, seen)
+        return Outcome(*seen[0], call.key, call.store.namespace)
+
+    def stream_with_outcome(self, *args: P.args, **kwargs: P.kwargs) -> Streamed[R]:
+        """Call a generator effect (sync or async): iterate the returned ``items``; its
+        ``outcome`` (the last item, how it came) is known once they ended."""
+        if self._invoke_kind not in ("gen", "async_gen"):
+            raise TypeError(f"effect {self.name} is not a generator: call call_with_outcome")
+        if switch.on:
+            return switch.plain_stream(self, args, kwargs)
+        call = self._prepare(args, kwargs)
+        streamed: Streamed[Any] = Streamed(None, [], call.key, call.store.namespace)
+        if self._invoke_kind == "gen":
+            streamed.items = self._stream(call, args, kwargs, streamed._end)
+        else:
+            streamed.items = self._stream_async(call, args, kwargs, streamed._end)
+        return streamed
+
+    def _expect(self, kind: str, method: str) -> None:
+        if self._invoke_kind != kind:
+            other = {"sync": "call_with_outcome", "async": "acall_with_outcome"}.get(
+                self._invoke_kind, "stream_with_outcome"
+            )
+            raise TypeError(f"effect {self.name} is {self._invoke_kind}: call {other}, not {method}")
 
     # -- preparing a call (everything that can fail before a claim) ------------------------
 
@@ -185,19 +240,23 @@ class Effect(Generic[P, R]):
 
     # -- the four ways to run ------------------------------------------------------------
 
-    def _call_sync(self, call: Call, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    def _call_sync(
+        self, call: Call, args: tuple[Any, ...], kwargs: dict[str, Any], seen: _Seen = None
+    ) -> Any:
         me = threading.get_ident()
         flight, leader = flights.join(call.store, call.key, call.input_hash, me)
         if not leader:
             flight = follow(flight, call, me)
             if flight.done:
-                return flight.outcome()
+                return _waited(flight.outcome(), seen)
         try:
-            value = run_sync(call, functools.partial(self._invoke_sync, args, kwargs))
+            value, came = run_sync(call, functools.partial(self._invoke_sync, args, kwargs))
         except BaseException as exc:
             flights.land(flight, error=exc)
             raise
         flights.land(flight, value)
+        if seen is not None:
+            seen.append((value, came))
         return value
 
     def _invoke_sync(self, args: tuple[Any, ...], kwargs: dict[str, Any], ctx: EffectContext) -> Any:
@@ -207,19 +266,23 @@ class Effect(Generic[P, R]):
         finally:
             unbind_effect(token)
 
-    async def _call_async(self, call: Call, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    async def _call_async(
+        self, call: Call, args: tuple[Any, ...], kwargs: dict[str, Any], seen: _Seen = None
+    ) -> Any:
         me = asyncio.current_task()
         flight, leader = flights.join(call.store, call.key, call.input_hash, me)
         if not leader:
             flight = await follow_async(flight, call, me)
             if flight.done:
-                return flight.outcome()
+                return _waited(flight.outcome(), seen)
         try:
-            value = await run_async(call, functools.partial(self._invoke_async, args, kwargs))
+            value, came = await run_async(call, functools.partial(self._invoke_async, args, kwargs))
         except BaseException as exc:
             flights.land(flight, error=exc)
             raise
         flights.land(flight, value)
+        if seen is not None:
+            seen.append((value, came))
         return value
 
     async def _invoke_async(self, args: tuple[Any, ...], kwargs: dict[str, Any], ctx: EffectContext) -> Any:
@@ -229,7 +292,9 @@ class Effect(Generic[P, R]):
         finally:
             unbind_effect(token)
 
-    def _stream(self, call: Call, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Iterator[Any]:
+    def _stream(
+        self, call: Call, args: tuple[Any, ...], kwargs: dict[str, Any], seen: _Seen = None
+    ) -> Iterator[Any]:
         """A generator effect: items stream through; the last one is recorded.
 
         A consumer that closes the stream before its end (``close()``, or a ``break`` and
@@ -241,22 +306,24 @@ class Effect(Generic[P, R]):
         if not leader:
             flight = follow(flight, call, me)
             if flight.done:
-                yield flight.outcome()
+                yield _waited(flight.outcome(), seen)
                 return
         try:
             source = functools.partial(_items, self.fn, args, kwargs)
-            value, executed = yield from drive_generator(procedure(call), source, flight, me)
+            value, came = yield from drive_generator(procedure(call), source, flight, me)
         except BaseException as exc:
             flights.land(flight, error=exc)
             if isinstance(exc, StreamClosed):
                 return  # closed as asked, and recorded as unknown
             raise
         flights.land(flight, value)
-        if not executed:
+        if seen is not None:
+            seen.append((value, came))
+        if came is not EventKind.EXECUTED:
             yield value
 
     async def _stream_async(
-        self, call: Call, args: tuple[Any, ...], kwargs: dict[str, Any]
+        self, call: Call, args: tuple[Any, ...], kwargs: dict[str, Any], seen: _Seen = None
     ) -> AsyncIterator[Any]:
         """An async generator effect: items stream through; the last one is recorded.
 
@@ -268,7 +335,7 @@ class Effect(Generic[P, R]):
         if not leader:
             flight = await follow_async(flight, call, me)
             if flight.done:
-                yield flight.outcome()
+                yield _waited(flight.outcome(), seen)
                 return
         end: list[Any] = []
         store = call.store
@@ -282,15 +349,27 @@ class Effect(Generic[P, R]):
                 except BaseException as exc:  # GeneratorExit (closed early): on to the driver, as
                     await driven.athrow(exc)  # yield from would; it raises what the procedure recorded
                     raise
-            value, executed = end
+            value, came = end
         except BaseException as exc:
             flights.land(flight, error=exc)
             if isinstance(exc, StreamClosed):
                 return  # closed as asked, and recorded as unknown
             raise
         flights.land(flight, value)
-        if not executed:
+        if seen is not None:
+            seen.append((value, came))
+        if came is not EventKind.EXECUTED:
             yield value
+
+
+_Seen = list[tuple[Any, EventKind]] | None
+"""Where a call with its outcome asked puts (value, how it came); None: nobody asked."""
+
+
+def _waited(value: Any, seen: _Seen) -> Any:
+    if seen is not None:
+        seen.append((value, EventKind.WAITED))
+    return value
 
 
 def _items(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Iterator[Any]:
@@ -349,6 +428,7 @@ def effect(
     maybe_applied: Iterable[type[BaseException] | str] | Callable[[BaseException], bool] | None = None,
     max_result_bytes: int = 64 * 1024,
     result_type: Any = FROM_ANNOTATION,
+    redact: Redact = None,
 ) -> Callable[[Callable[P, R]], Effect[P, R]]: ...
 
 
@@ -369,6 +449,7 @@ def effect(
     maybe_applied: Iterable[type[BaseException] | str] | Callable[[BaseException], bool] | None = None,
     max_result_bytes: int = 64 * 1024,
     result_type: Any = FROM_ANNOTATION,
+    redact: Redact = None,
 ) -> Effect[P, R] | Callable[[Callable[P, R]], Effect[P, R]]:
     """Make a side-effecting function apply at most once per effect key.
 
@@ -399,6 +480,10 @@ def effect(
             without its result.
         result_type: the type results are recorded and replayed as; defaults to the
             return annotation.
+        redact: ``redact(result)`` is what is recorded (drop a card number, a token):
+            this call returns the result itself, a replay the redacted one, which must
+            be of the return type. ``effectq.NOTHING`` records "applied" without a result:
+            a replay returns ``None``. See docs/operations.md for what Redis keeps.
     """
     options = EffectOptions(
         name="",
@@ -414,6 +499,7 @@ def effect(
         maybe_applied=classifier(maybe_applied),
         max_result_bytes=_positive_int(max_result_bytes, "max_result_bytes"),
         result_type=result_type,
+        redact=redaction(redact),
     )
     if key is not None and not callable(key):
         raise ConfigurationError(f"key must be a function (args, ctx) -> str, not {key!r}")
