@@ -6,7 +6,8 @@ runs, in every thread), turns every effect into its plain function: no run is ne
 no store is touched, no key is hashed, nothing is recorded, and nothing stops a second
 application. The first call under the switch warns once per process with
 :class:`EffectsDisabledWarning`, naming the switch; production code never turns it on
-silently (``-W error::effectq.EffectsDisabledWarning`` makes it fail instead).
+silently (``warnings.filterwarnings("error", category=EffectsDisabledWarning)`` makes every call
+under it raise instead).
 
 What still holds under the switch: arguments that do not bind raise ``TypeError`` as the
 function would; an input the default key cannot canonicalise raises
@@ -65,6 +66,7 @@ def _from_environment() -> bool:
 
 _ENVIRONMENT = _from_environment()
 _lock = threading.Lock()
+_warning_lock = threading.Lock()
 _depth = 0  # open ``disabled()`` blocks
 on = _ENVIRONMENT
 """Whether effects are disabled now: the one flag a call reads (a module global, no lock)."""
@@ -106,18 +108,22 @@ def disabled() -> Iterator[None]:
 
 
 def _warn(name: str) -> None:
+    """Warn once per process; where the warning is an error, every call under the switch raises."""
     global _warned
     if _warned:
         return
-    _warned = True
-    switch = f"{DISABLED_VARIABLE}=1" if _ENVIRONMENT else "effectq.disabled()"
-    warnings.warn(
-        f"effectq effects are disabled by {switch}: effect {name} and every other runs as a plain "
-        f"function, nothing recorded and nothing applied at most once; for tests and local "
-        f"development only",
-        EffectsDisabledWarning,
-        stacklevel=5,
-    )
+    with _warning_lock:
+        if _warned:
+            return
+        switch = f"{DISABLED_VARIABLE}=1" if _ENVIRONMENT else "effectq.disabled()"
+        warnings.warn(
+            f"effectq effects are disabled by {switch}: effect {name} and every other runs as a "
+            f"plain function, nothing recorded and nothing applied at most once; for tests and "
+            f"local development only",
+            EffectsDisabledWarning,
+            stacklevel=5,
+        )
+        _warned = True
 
 
 def call_plain(effect: Effect[Any, Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:

@@ -151,8 +151,8 @@ def test_the_environment_variable_switches_effects_off_with_one_warning() -> Non
 
 
 def test_a_process_that_turns_the_warning_into_an_error_refuses_the_switch(fresh_warning: None) -> None:
-    """``-W error::effectq.EffectsDisabledWarning`` (production): the first call under the switch
-    raises before the function runs."""
+    """The warning made an error (as a production entry point may): every call under the switch
+    raises before its function runs."""
     calls: list[int] = []
 
     @effectq.effect(name="switch.refused")
