@@ -14,9 +14,9 @@ import functools
 import inspect
 import threading
 import types
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from datetime import timedelta
-from typing import Any, Generic, ParamSpec, TypeVar, overload
+from typing import Any, ParamSpec, TypeVar, overload
 
 from . import switch
 from ._engine.calls import Call, new_owner
@@ -32,7 +32,17 @@ from .errors import (
     NoActiveRun,
 )
 from .events import EventKind
-from .keys import bridge_hash, bridge_key, check_key, check_name, default_key, legacy_keys, sha256
+from .keys import (
+    bridge_hash,
+    bridge_key,
+    check_key,
+    check_name,
+    default_key,
+    default_name,
+    key_params,
+    legacy_keys,
+    sha256,
+)
 from .options import (
     FROM_ANNOTATION,
     EffectOptions,
@@ -43,7 +53,8 @@ from .options import (
     redaction,
     seconds,
 )
-from .outcome import Outcome, Streamed
+from .outcome import Seen, waited
+from .outcome_calls import OutcomeCalls
 from .runs import active_run
 from .store.base import ClaimRequest
 
@@ -56,10 +67,8 @@ T = TypeVar("T")
 KeyFunction = Callable[[dict[str, Any], KeyContext], str]
 ReconcileHook = Callable[[str, dict[str, Any], EffectContext], Any]
 
-_SKIPPED_PARAMS = ("self", "cls")
 
-
-class Effect(Generic[P, R]):
+class Effect(OutcomeCalls[P, R]):
     """A side-effecting function that applies at most once per effect key.
 
     Calling it inside a run claims the key, then executes, replays the recorded
@@ -86,7 +95,7 @@ class Effect(Generic[P, R]):
         self._signature = inspect.signature(fn)
         self._codec: ResultCodec | None = None
         self._codec_lock = threading.Lock()
-        self._key_params = _key_params(self._signature, options, fn)
+        self._key_params = key_params(self._signature, options.key_args, options.name, fn)
         params = list(self._signature.parameters.values())
         plain = all(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params)
         self._names = tuple(p.name for p in params) if plain else None  # binds by zip, fast
@@ -134,53 +143,6 @@ class Effect(Generic[P, R]):
         if kind == "gen":
             return self._stream(call, args, kwargs)  # type: ignore[return-value]
         return self._stream_async(call, args, kwargs)  # type: ignore[return-value]
-
-    # -- the result with how it came -----------------------------------------------------
-
-    def call_with_outcome(self, *args: P.args, **kwargs: P.kwargs) -> Outcome[R]:
-        """Call a synchronous effect; returns its result with how it came (an :class:`Outcome`):
-        executed, replayed, reconciled or waited for, with the key and idempotency key."""
-        self._expect("sync", "call_with_outcome")
-        if switch.on:
-            return switch.plain_outcome(self, args, kwargs)
-        call = self._prepare(args, kwargs)
-        seen: list[tuple[Any, EventKind]] = []
-        self._call_sync(call, args, kwargs, seen)
-        return Outcome(*seen[0], call.key, call.store.namespace)
-
-    async def acall_with_outcome(
-        self: Effect[P, Awaitable[T]], *args: P.args, **kwargs: P.kwargs
-    ) -> Outcome[T]:
-        """:meth:`call_with_outcome` for an async effect: ``await effect.acall_with_outcome(...)``."""
-        self._expect("async", "acall_with_outcome")
-        if switch.on:
-            return await switch.plain_outcome_async(self, args, kwargs)
-        call = self._prepare(args, kwargs)
-        seen: list[tuple[Any, EventKind]] = []
-        await self._call_async(call, args, kwargs, seen)
-        return Outcome(*seen[0], call.key, call.store.namespace)
-
-    def stream_with_outcome(self, *args: P.args, **kwargs: P.kwargs) -> Streamed[R]:
-        """Call a generator effect (sync or async): iterate the returned ``items``; its
-        ``outcome`` (the last item, how it came) is known once they ended."""
-        if self._invoke_kind not in ("gen", "async_gen"):
-            raise TypeError(f"effect {self.name} is not a generator: call call_with_outcome")
-        if switch.on:
-            return switch.plain_stream(self, args, kwargs)
-        call = self._prepare(args, kwargs)
-        streamed: Streamed[Any] = Streamed(None, [], call.key, call.store.namespace)
-        if self._invoke_kind == "gen":
-            streamed.items = self._stream(call, args, kwargs, streamed._end)
-        else:
-            streamed.items = self._stream_async(call, args, kwargs, streamed._end)
-        return streamed
-
-    def _expect(self, kind: str, method: str) -> None:
-        if self._invoke_kind != kind:
-            other = {"sync": "call_with_outcome", "async": "acall_with_outcome"}.get(
-                self._invoke_kind, "stream_with_outcome"
-            )
-            raise TypeError(f"effect {self.name} is {self._invoke_kind}: call {other}, not {method}")
 
     # -- preparing a call (everything that can fail before a claim) ------------------------
 
@@ -240,15 +202,13 @@ class Effect(Generic[P, R]):
 
     # -- the four ways to run ------------------------------------------------------------
 
-    def _call_sync(
-        self, call: Call, args: tuple[Any, ...], kwargs: dict[str, Any], seen: _Seen = None
-    ) -> Any:
+    def _call_sync(self, call: Call, args: tuple[Any, ...], kwargs: dict[str, Any], seen: Seen = None) -> Any:
         me = threading.get_ident()
         flight, leader = flights.join(call.store, call.key, call.input_hash, me)
         if not leader:
             flight = follow(flight, call, me)
             if flight.done:
-                return _waited(flight.outcome(), seen)
+                return waited(flight.outcome(), seen)
         try:
             value, came = run_sync(call, functools.partial(self._invoke_sync, args, kwargs))
         except BaseException as exc:
@@ -267,14 +227,14 @@ class Effect(Generic[P, R]):
             unbind_effect(token)
 
     async def _call_async(
-        self, call: Call, args: tuple[Any, ...], kwargs: dict[str, Any], seen: _Seen = None
+        self, call: Call, args: tuple[Any, ...], kwargs: dict[str, Any], seen: Seen = None
     ) -> Any:
         me = asyncio.current_task()
         flight, leader = flights.join(call.store, call.key, call.input_hash, me)
         if not leader:
             flight = await follow_async(flight, call, me)
             if flight.done:
-                return _waited(flight.outcome(), seen)
+                return waited(flight.outcome(), seen)
         try:
             value, came = await run_async(call, functools.partial(self._invoke_async, args, kwargs))
         except BaseException as exc:
@@ -293,7 +253,7 @@ class Effect(Generic[P, R]):
             unbind_effect(token)
 
     def _stream(
-        self, call: Call, args: tuple[Any, ...], kwargs: dict[str, Any], seen: _Seen = None
+        self, call: Call, args: tuple[Any, ...], kwargs: dict[str, Any], seen: Seen = None
     ) -> Iterator[Any]:
         """A generator effect: items stream through; the last one is recorded.
 
@@ -306,7 +266,7 @@ class Effect(Generic[P, R]):
         if not leader:
             flight = follow(flight, call, me)
             if flight.done:
-                yield _waited(flight.outcome(), seen)
+                yield waited(flight.outcome(), seen)
                 return
         try:
             source = functools.partial(_items, self.fn, args, kwargs)
@@ -323,7 +283,7 @@ class Effect(Generic[P, R]):
             yield value
 
     async def _stream_async(
-        self, call: Call, args: tuple[Any, ...], kwargs: dict[str, Any], seen: _Seen = None
+        self, call: Call, args: tuple[Any, ...], kwargs: dict[str, Any], seen: Seen = None
     ) -> AsyncIterator[Any]:
         """An async generator effect: items stream through; the last one is recorded.
 
@@ -335,7 +295,7 @@ class Effect(Generic[P, R]):
         if not leader:
             flight = await follow_async(flight, call, me)
             if flight.done:
-                yield _waited(flight.outcome(), seen)
+                yield waited(flight.outcome(), seen)
                 return
         end: list[Any] = []
         store = call.store
@@ -362,16 +322,6 @@ class Effect(Generic[P, R]):
             yield value
 
 
-_Seen = list[tuple[Any, EventKind]] | None
-"""Where a call with its outcome asked puts (value, how it came); None: nobody asked."""
-
-
-def _waited(value: Any, seen: _Seen) -> Any:
-    if seen is not None:
-        seen.append((value, EventKind.WAITED))
-    return value
-
-
 def _items(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Iterator[Any]:
     return iter(fn(*args, **kwargs))
 
@@ -385,25 +335,6 @@ def _or_closed(maybe_applied: Callable[[BaseException], bool]) -> Callable[[Base
         return isinstance(exc, StreamClosed) or maybe_applied(exc)
 
     return classify
-
-
-def _key_params(
-    signature: inspect.Signature, options: EffectOptions, fn: Callable[..., Any]
-) -> frozenset[str]:
-    names = list(signature.parameters)
-    if options.key_args is not None:
-        missing = [n for n in options.key_args if n not in signature.parameters]
-        if missing:
-            raise ConfigurationError(
-                f"effect {options.name}: key_args names {missing} that {fn.__qualname__} does not take"
-            )
-        return frozenset(options.key_args)
-    return frozenset(n for i, n in enumerate(names) if not (i == 0 and n in _SKIPPED_PARAMS))
-
-
-def _default_name(fn: Callable[..., Any]) -> str:
-    module = getattr(fn, "__module__", None) or "<unknown>"
-    return f"{module}.{fn.__qualname__}".replace("<locals>", "[locals]").replace(":", ".")
 
 
 @overload
@@ -513,18 +444,12 @@ def effect(
     def decorate(func: Callable[P, R]) -> Effect[P, R]:
         if not callable(func):
             raise ConfigurationError(f"@effect decorates a function, not {func!r}")
-        chosen = check_name(name if name is not None else _default_name(func))
-        return Effect(func, _with_name(options, chosen))
+        chosen = check_name(name if name is not None else default_name(func))
+        return Effect(func, dataclasses.replace(options, name=chosen))
 
     if fn is not None:
         return decorate(fn)
     return decorate
-
-
-def _with_name(options: EffectOptions, name: str) -> EffectOptions:
-    from dataclasses import replace
-
-    return replace(options, name=name)
 
 
 def _enum(cls: Any, value: Any, option: str) -> Any:

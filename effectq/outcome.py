@@ -14,7 +14,7 @@ from typing import Any, Generic, TypeVar
 from .events import EventKind
 from .keys import idempotency_key
 
-__all__ = ["OUTCOMES", "Outcome", "Streamed"]
+__all__ = ["OUTCOMES", "Outcome", "Seen", "Streamed", "waited"]
 
 T = TypeVar("T")
 S = TypeVar("S")
@@ -73,3 +73,14 @@ class Streamed(Generic[S]):
             raise RuntimeError("the stream has not ended: its outcome is known once its items are consumed")
         value, kind = self._end[0]
         return Outcome(value, kind, self._key, self._namespace)
+
+
+Seen = list[tuple[Any, EventKind]] | None
+"""Where a call whose outcome was asked for puts (value, how it came); None: nobody asked."""
+
+
+def waited(value: Any, seen: Seen) -> Any:
+    """``value``, taken from the leader of the call in flight: noted as waited for, if asked."""
+    if seen is not None:
+        seen.append((value, EventKind.WAITED))
+    return value

@@ -13,7 +13,7 @@ KEYS[1] the record   KEYS[2] the open index   KEYS[3] the doubt index
 KEYS[4] (default keys only) the run's index of completed records: a string of 16-byte digests
 ARGV[1] token
 ARGV[2] result bytes ("" with a result state other than stored)
-ARGV[3] result state: "" stored, "too_large", "unserialisable", "withheld" (applied, no result on purpose)
+ARGV[3] result state: "" stored, "too_large", "unserialisable"
 ARGV[4] retention, ms
 ARGV[5] notification channel
 ARGV[6] the record's 16-byte digest, appended to the run's index
