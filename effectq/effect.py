@@ -62,7 +62,6 @@ __all__ = ["Effect", "effect"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
-T = TypeVar("T")
 
 KeyFunction = Callable[[dict[str, Any], KeyContext], str]
 ReconcileHook = Callable[[str, dict[str, Any], EffectContext], Any]
