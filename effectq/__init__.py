@@ -43,8 +43,11 @@ if TYPE_CHECKING:  # what the type checker reads; the table below is what runs
     from .keys import has_marker as has_marker
     from .keys import idempotency_key as idempotency_key
     from .options import MAYBE_APPLIED as MAYBE_APPLIED
+    from .options import NOTHING as NOTHING
     from .options import OnMismatch as OnMismatch
     from .options import ReconcileOn as ReconcileOn
+    from .outcome import Outcome as Outcome
+    from .outcome import Streamed as Streamed
     from .runs import Run as Run
     from .runs import RunStats as RunStats
     from .runs import active_run as active_run
@@ -58,6 +61,8 @@ if TYPE_CHECKING:  # what the type checker reads; the table below is what runs
     from .store import Status as Status
     from .store import Store as Store
     from .store.redis import RedisStore as RedisStore
+    from .switch import EffectsDisabledWarning as EffectsDisabledWarning
+    from .switch import disabled as disabled
 
 __version__ = "0.1.0"
 
@@ -69,7 +74,9 @@ _LAZY = {
     ".effect": ("Effect", "effect"),
     "._engine.calls": ("Applied",),
     ".keys": ("effect_marker", "find_markers", "has_marker", "idempotency_key"),
-    ".options": ("MAYBE_APPLIED", "OnMismatch", "ReconcileOn"),
+    ".options": ("MAYBE_APPLIED", "NOTHING", "OnMismatch", "ReconcileOn"),
+    ".outcome": ("Outcome", "Streamed"),
+    ".switch": ("EffectsDisabledWarning", "disabled"),
     ".runs": (
         "Run",
         "RunStats",

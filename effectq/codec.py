@@ -3,6 +3,11 @@
 A replay returns the type the function returns: a model stays a model, a
 dataclass a dataclass, a ``datetime`` a ``datetime``. Without an annotation the
 result is plain JSON (dicts, lists, numbers, strings). Never pickle.
+
+An effect's ``redact`` function is applied here, to every value on its way to the
+store (a completion, a reconcile's find, a background retry), and what it returns
+must read back as the return type: a replay returns it. ``redact=NOTHING`` records
+no result at all (:attr:`~effectq.store.base.ResultState.WITHHELD`).
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from pydantic import TypeAdapter, ValidationError
 from pydantic.errors import PydanticSchemaGenerationError
 
 from .errors import ConfigurationError
-from .options import is_time_limit
+from .options import NOTHING, Redact, is_time_limit
 from .store.base import ResultState
 
 __all__ = ["ResultCodec", "result_annotation"]
@@ -64,10 +69,11 @@ def result_annotation(fn: Callable[..., Any], *, name: str) -> Any:
 class ResultCodec:
     """Encodes results to JSON bytes and back, for one effect."""
 
-    __slots__ = ("_adapter", "_name")
+    __slots__ = ("_adapter", "_name", "_redact")
 
-    def __init__(self, annotation: Any, *, name: str) -> None:
+    def __init__(self, annotation: Any, *, name: str, redact: Redact = None) -> None:
         self._name = name
+        self._redact = redact
         try:
             self._adapter: TypeAdapter[Any] = TypeAdapter(annotation)
         except (PydanticSchemaGenerationError, TypeError) as exc:
@@ -79,12 +85,34 @@ class ResultCodec:
 
     def encode(self, value: Any, limit: int) -> tuple[bytes | None, ResultState, str]:
         """Bytes to record, their state, and why they were not stored (if not)."""
+        if self._redact is not None:
+            return self._encode_redacted(value, limit)
         try:
             data = self._adapter.dump_json(value)
         except Exception as exc:
             if is_time_limit(exc):  # the worker's, landed here: no verdict on the value
                 raise
             return None, ResultState.UNSERIALISABLE, f"{type(exc).__name__}: {exc}"[:300]
+        if len(data) > limit:
+            return None, ResultState.TOO_LARGE, f"{len(data)} bytes over the {limit}-byte bound"
+        return data, ResultState.STORED, ""
+
+    def _encode_redacted(self, value: Any, limit: int) -> tuple[bytes | None, ResultState, str]:
+        """:meth:`encode` of what ``redact`` keeps of ``value``: checked to read back as the
+        return type, or else recorded as applied without a result (it did apply)."""
+        redact = self._redact
+        if redact is NOTHING:
+            return None, ResultState.WITHHELD, ""
+        assert callable(redact)
+        try:
+            kept = redact(value)
+            data = self._adapter.dump_json(kept, warnings="error")
+            self._adapter.validate_json(data)
+        except Exception as exc:
+            if is_time_limit(exc):
+                raise
+            why = f"redact gave what does not record as the return type: {type(exc).__name__}: {exc}"
+            return None, ResultState.UNSERIALISABLE, why[:300]
         if len(data) > limit:
             return None, ResultState.TOO_LARGE, f"{len(data)} bytes over the {limit}-byte bound"
         return data, ResultState.STORED, ""

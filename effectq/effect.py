@@ -16,8 +16,9 @@ import threading
 import types
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from datetime import timedelta
-from typing import Any, Generic, ParamSpec, TypeVar, overload
+from typing import Any, ParamSpec, TypeVar, overload
 
+from . import switch
 from ._engine.calls import Call, new_owner
 from ._engine.drive import StreamClosed, drive_async_generator, drive_generator, run_async, run_sync
 from ._engine.procedure import procedure
@@ -30,15 +31,30 @@ from .errors import (
     InvalidInputError,
     NoActiveRun,
 )
-from .keys import bridge_hash, bridge_key, check_key, check_name, default_key, legacy_keys, sha256
+from .events import EventKind
+from .keys import (
+    bridge_hash,
+    bridge_key,
+    check_key,
+    check_name,
+    default_key,
+    default_name,
+    key_params,
+    legacy_keys,
+    sha256,
+)
 from .options import (
     FROM_ANNOTATION,
     EffectOptions,
     OnMismatch,
     ReconcileOn,
+    Redact,
     classifier,
+    redaction,
     seconds,
 )
+from .outcome import Seen, waited
+from .outcome_calls import OutcomeCalls
 from .runs import active_run
 from .store.base import ClaimRequest
 
@@ -50,10 +66,8 @@ R = TypeVar("R")
 KeyFunction = Callable[[dict[str, Any], KeyContext], str]
 ReconcileHook = Callable[[str, dict[str, Any], EffectContext], Any]
 
-_SKIPPED_PARAMS = ("self", "cls")
 
-
-class Effect(Generic[P, R]):
+class Effect(OutcomeCalls[P, R]):
     """A side-effecting function that applies at most once per effect key.
 
     Calling it inside a run claims the key, then executes, replays the recorded
@@ -80,7 +94,7 @@ class Effect(Generic[P, R]):
         self._signature = inspect.signature(fn)
         self._codec: ResultCodec | None = None
         self._codec_lock = threading.Lock()
-        self._key_params = _key_params(self._signature, options, fn)
+        self._key_params = key_params(self._signature, options.key_args, options.name, fn)
         params = list(self._signature.parameters.values())
         plain = all(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params)
         self._names = tuple(p.name for p in params) if plain else None  # binds by zip, fast
@@ -105,7 +119,7 @@ class Effect(Generic[P, R]):
                     annotation = self.options.result_type
                     if annotation is FROM_ANNOTATION:
                         annotation = result_annotation(self.fn, name=self.name)
-                    self._codec = ResultCodec(annotation, name=self.name)
+                    self._codec = ResultCodec(annotation, name=self.name, redact=self.options.redact)
                 codec = self._codec
         return codec
 
@@ -117,6 +131,8 @@ class Effect(Generic[P, R]):
         return self._prepare(args, kwargs).key
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        if switch.on:
+            return switch.call_plain(self, args, kwargs)  # type: ignore[no-any-return]
         call = self._prepare(args, kwargs)
         kind = self._invoke_kind
         if kind == "sync":
@@ -185,19 +201,21 @@ class Effect(Generic[P, R]):
 
     # -- the four ways to run ------------------------------------------------------------
 
-    def _call_sync(self, call: Call, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    def _call_sync(self, call: Call, args: tuple[Any, ...], kwargs: dict[str, Any], seen: Seen = None) -> Any:
         me = threading.get_ident()
         flight, leader = flights.join(call.store, call.key, call.input_hash, me)
         if not leader:
             flight = follow(flight, call, me)
             if flight.done:
-                return flight.outcome()
+                return waited(flight.outcome(), seen)
         try:
-            value = run_sync(call, functools.partial(self._invoke_sync, args, kwargs))
+            value, came = run_sync(call, functools.partial(self._invoke_sync, args, kwargs))
         except BaseException as exc:
             flights.land(flight, error=exc)
             raise
         flights.land(flight, value)
+        if seen is not None:
+            seen.append((value, came))
         return value
 
     def _invoke_sync(self, args: tuple[Any, ...], kwargs: dict[str, Any], ctx: EffectContext) -> Any:
@@ -207,19 +225,23 @@ class Effect(Generic[P, R]):
         finally:
             unbind_effect(token)
 
-    async def _call_async(self, call: Call, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    async def _call_async(
+        self, call: Call, args: tuple[Any, ...], kwargs: dict[str, Any], seen: Seen = None
+    ) -> Any:
         me = asyncio.current_task()
         flight, leader = flights.join(call.store, call.key, call.input_hash, me)
         if not leader:
             flight = await follow_async(flight, call, me)
             if flight.done:
-                return flight.outcome()
+                return waited(flight.outcome(), seen)
         try:
-            value = await run_async(call, functools.partial(self._invoke_async, args, kwargs))
+            value, came = await run_async(call, functools.partial(self._invoke_async, args, kwargs))
         except BaseException as exc:
             flights.land(flight, error=exc)
             raise
         flights.land(flight, value)
+        if seen is not None:
+            seen.append((value, came))
         return value
 
     async def _invoke_async(self, args: tuple[Any, ...], kwargs: dict[str, Any], ctx: EffectContext) -> Any:
@@ -229,7 +251,9 @@ class Effect(Generic[P, R]):
         finally:
             unbind_effect(token)
 
-    def _stream(self, call: Call, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Iterator[Any]:
+    def _stream(
+        self, call: Call, args: tuple[Any, ...], kwargs: dict[str, Any], seen: Seen = None
+    ) -> Iterator[Any]:
         """A generator effect: items stream through; the last one is recorded.
 
         A consumer that closes the stream before its end (``close()``, or a ``break`` and
@@ -241,22 +265,24 @@ class Effect(Generic[P, R]):
         if not leader:
             flight = follow(flight, call, me)
             if flight.done:
-                yield flight.outcome()
+                yield waited(flight.outcome(), seen)
                 return
         try:
             source = functools.partial(_items, self.fn, args, kwargs)
-            value, executed = yield from drive_generator(procedure(call), source, flight, me)
+            value, came = yield from drive_generator(procedure(call), source, flight, me)
         except BaseException as exc:
             flights.land(flight, error=exc)
             if isinstance(exc, StreamClosed):
                 return  # closed as asked, and recorded as unknown
             raise
         flights.land(flight, value)
-        if not executed:
+        if seen is not None:
+            seen.append((value, came))
+        if came is not EventKind.EXECUTED:
             yield value
 
     async def _stream_async(
-        self, call: Call, args: tuple[Any, ...], kwargs: dict[str, Any]
+        self, call: Call, args: tuple[Any, ...], kwargs: dict[str, Any], seen: Seen = None
     ) -> AsyncIterator[Any]:
         """An async generator effect: items stream through; the last one is recorded.
 
@@ -268,7 +294,7 @@ class Effect(Generic[P, R]):
         if not leader:
             flight = await follow_async(flight, call, me)
             if flight.done:
-                yield flight.outcome()
+                yield waited(flight.outcome(), seen)
                 return
         end: list[Any] = []
         store = call.store
@@ -282,14 +308,16 @@ class Effect(Generic[P, R]):
                 except BaseException as exc:  # GeneratorExit (closed early): on to the driver, as
                     await driven.athrow(exc)  # yield from would; it raises what the procedure recorded
                     raise
-            value, executed = end
+            value, came = end
         except BaseException as exc:
             flights.land(flight, error=exc)
             if isinstance(exc, StreamClosed):
                 return  # closed as asked, and recorded as unknown
             raise
         flights.land(flight, value)
-        if not executed:
+        if seen is not None:
+            seen.append((value, came))
+        if came is not EventKind.EXECUTED:
             yield value
 
 
@@ -306,25 +334,6 @@ def _or_closed(maybe_applied: Callable[[BaseException], bool]) -> Callable[[Base
         return isinstance(exc, StreamClosed) or maybe_applied(exc)
 
     return classify
-
-
-def _key_params(
-    signature: inspect.Signature, options: EffectOptions, fn: Callable[..., Any]
-) -> frozenset[str]:
-    names = list(signature.parameters)
-    if options.key_args is not None:
-        missing = [n for n in options.key_args if n not in signature.parameters]
-        if missing:
-            raise ConfigurationError(
-                f"effect {options.name}: key_args names {missing} that {fn.__qualname__} does not take"
-            )
-        return frozenset(options.key_args)
-    return frozenset(n for i, n in enumerate(names) if not (i == 0 and n in _SKIPPED_PARAMS))
-
-
-def _default_name(fn: Callable[..., Any]) -> str:
-    module = getattr(fn, "__module__", None) or "<unknown>"
-    return f"{module}.{fn.__qualname__}".replace("<locals>", "[locals]").replace(":", ".")
 
 
 @overload
@@ -349,6 +358,7 @@ def effect(
     maybe_applied: Iterable[type[BaseException] | str] | Callable[[BaseException], bool] | None = None,
     max_result_bytes: int = 64 * 1024,
     result_type: Any = FROM_ANNOTATION,
+    redact: Redact = None,
 ) -> Callable[[Callable[P, R]], Effect[P, R]]: ...
 
 
@@ -369,6 +379,7 @@ def effect(
     maybe_applied: Iterable[type[BaseException] | str] | Callable[[BaseException], bool] | None = None,
     max_result_bytes: int = 64 * 1024,
     result_type: Any = FROM_ANNOTATION,
+    redact: Redact = None,
 ) -> Effect[P, R] | Callable[[Callable[P, R]], Effect[P, R]]:
     """Make a side-effecting function apply at most once per effect key.
 
@@ -399,6 +410,10 @@ def effect(
             without its result.
         result_type: the type results are recorded and replayed as; defaults to the
             return annotation.
+        redact: ``redact(result)`` is what is recorded (drop a card number, a token):
+            this call returns the result itself, a replay the redacted one, which must
+            be of the return type. ``effectq.NOTHING`` records "applied" without a result:
+            a replay returns ``None``. See docs/operations.md for what Redis keeps.
     """
     options = EffectOptions(
         name="",
@@ -414,6 +429,7 @@ def effect(
         maybe_applied=classifier(maybe_applied),
         max_result_bytes=_positive_int(max_result_bytes, "max_result_bytes"),
         result_type=result_type,
+        redact=redaction(redact),
     )
     if key is not None and not callable(key):
         raise ConfigurationError(f"key must be a function (args, ctx) -> str, not {key!r}")
@@ -427,18 +443,12 @@ def effect(
     def decorate(func: Callable[P, R]) -> Effect[P, R]:
         if not callable(func):
             raise ConfigurationError(f"@effect decorates a function, not {func!r}")
-        chosen = check_name(name if name is not None else _default_name(func))
-        return Effect(func, _with_name(options, chosen))
+        chosen = check_name(name if name is not None else default_name(func))
+        return Effect(func, dataclasses.replace(options, name=chosen))
 
     if fn is not None:
         return decorate(fn)
     return decorate
-
-
-def _with_name(options: EffectOptions, name: str) -> EffectOptions:
-    from dataclasses import replace
-
-    return replace(options, name=name)
 
 
 def _enum(cls: Any, value: Any, option: str) -> Any:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import enum
 import hashlib
 import importlib
+import inspect
 import os
 import re
 import sys
@@ -41,10 +42,12 @@ __all__ = [
     "check_namespace",
     "check_run_id",
     "default_key",
+    "default_name",
     "effect_marker",
     "find_markers",
     "has_marker",
     "idempotency_key",
+    "key_params",
     "key_scheme",
     "legacy_keys",
     "set_key_scheme",
@@ -67,6 +70,30 @@ def check_name(name: object) -> str:
             f"(no ':' or spaces), e.g. name='github.comment'"
         )
     return name
+
+
+def default_name(fn: Callable[..., Any]) -> str:
+    """An effect's name when none is given: ``module.qualname``, made valid."""
+    module = getattr(fn, "__module__", None) or "<unknown>"
+    return f"{module}.{fn.__qualname__}".replace("<locals>", "[locals]").replace(":", ".")
+
+
+_SKIPPED_PARAMS = ("self", "cls")
+
+
+def key_params(
+    signature: inspect.Signature, key_args: tuple[str, ...] | None, name: str, fn: Callable[..., Any]
+) -> frozenset[str]:
+    """The parameters that form an effect's default key: ``key_args``, else all but ``self``/``cls``."""
+    if key_args is not None:
+        missing = [n for n in key_args if n not in signature.parameters]
+        if missing:
+            raise ConfigurationError(
+                f"effect {name}: key_args names {missing} that {fn.__qualname__} does not take"
+            )
+        return frozenset(key_args)
+    names = list(signature.parameters)
+    return frozenset(n for i, n in enumerate(names) if not (i == 0 and n in _SKIPPED_PARAMS))
 
 
 def check_namespace(namespace: object) -> str:

@@ -18,10 +18,12 @@ from .errors import ConfigurationError
 __all__ = [
     "FROM_ANNOTATION",
     "MAYBE_APPLIED",
+    "NOTHING",
     "Duration",
     "EffectOptions",
     "OnMismatch",
     "ReconcileOn",
+    "Redaction",
     "classifier",
     "raised_by_signal_handler",
     "seconds",
@@ -91,6 +93,30 @@ reports it as it is, not as a store failure to retry. (Dramatiq's time limit rai
 def is_time_limit(exc: BaseException) -> bool:
     """Whether ``exc`` is one of :data:`TIME_LIMITS` (or a subclass)."""
     return any(_qualname(cls) in TIME_LIMITS for cls in type(exc).__mro__)
+
+
+class Redaction(enum.Enum):
+    """What of a result is recorded besides what a ``redact`` function keeps."""
+
+    NOTHING = "nothing"
+    """Record "applied" and no result at all: a replay returns ``None``."""
+
+
+NOTHING = Redaction.NOTHING
+"""``redact=effectq.NOTHING``: record that the effect applied, without its result."""
+
+Redact = Callable[[Any], Any] | Redaction | None
+"""A ``redact`` option: a function of the result, :data:`NOTHING`, or None (record it as it is)."""
+
+
+def redaction(value: Any) -> Redact:
+    """Check a ``redact`` option."""
+    if value is None or value is NOTHING or (callable(value) and not isinstance(value, type)):
+        return value
+    raise ConfigurationError(
+        f"redact must be a function of the result (returning what to record) or effectq.NOTHING, "
+        f"not {value!r}"
+    )
 
 
 class _FromAnnotation:
@@ -220,6 +246,7 @@ class EffectOptions:
     maybe_applied: Callable[[BaseException], bool] = field(default_factory=lambda: classifier(None))
     max_result_bytes: int = 64 * 1024
     result_type: Any = FROM_ANNOTATION
+    redact: Redact = None
     lease_ms: int = field(init=False, repr=False, compare=False)
     """The lease in milliseconds, as the store takes it (computed once: every call sends it)."""
     retention_ms: int = field(init=False, repr=False, compare=False)

@@ -131,6 +131,8 @@ def replayed(call: Call, claim: Claim) -> Any:
     call.run.stats.replayed += 1
     log_replay.debug("effectq replay %s", call.key)
     if claim.result_state is not ResultState.STORED:
+        if claim.result_state is ResultState.WITHHELD:
+            return None  # applied, its result kept out of the store on purpose
         raise ResultNotRecordedError(call.key, name=effect.name, reason=claim.result_state.value)
     if claim.result is None:
         raise CorruptRecordError(call.key, "completed without a result")

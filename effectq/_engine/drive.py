@@ -23,6 +23,7 @@ from .procedure import procedure
 
 if TYPE_CHECKING:
     from .._runtime.singleflight import Flight
+    from ..events import EventKind
     from ..store.base import AsyncStore, Store
 
 __all__ = [
@@ -36,15 +37,15 @@ __all__ = [
 ]
 
 
-def run_sync(call: Call, invoke: Callable[[EffectContext], Any]) -> Any:
-    """Carry out a synchronous call: the procedure, driven blocking. Returns its value."""
-    return drive_sync(procedure(call), invoke)[0]
+def run_sync(call: Call, invoke: Callable[[EffectContext], Any]) -> tuple[Any, EventKind]:
+    """Carry out a synchronous call: the procedure, driven blocking. Returns (value, how it came)."""
+    return drive_sync(procedure(call), invoke)
 
 
-async def run_async(call: Call, invoke: Callable[[EffectContext], Awaitable[Any]]) -> Any:
-    """Carry out an async call: the procedure, driven in the event loop. Returns its value."""
+async def run_async(call: Call, invoke: Callable[[EffectContext], Awaitable[Any]]) -> tuple[Any, EventKind]:
+    """Carry out an async call: the procedure, driven in the event loop. Returns (value, how it came)."""
     store = call.store
-    return (await drive_async(procedure(call), invoke, store, store.async_store()))[0]
+    return await drive_async(procedure(call), invoke, store, store.async_store())
 
 
 def drive_sync(proc: Generator[Op, Any, _T], invoke: Callable[[EffectContext], Any]) -> _T:
@@ -114,13 +115,13 @@ class StreamClosed(BaseException):
 
 
 def drive_generator(
-    proc: Generator[Op, Any, tuple[Any, bool]],
+    proc: Generator[Op, Any, tuple[Any, EventKind]],
     source: Callable[[], Iterator[Any]],
     flight: Flight,
     me: object,
-) -> Generator[Any, None, tuple[Any, bool]]:
+) -> Generator[Any, None, tuple[Any, EventKind]]:
     """Run the procedure of a generator effect: its items stream through to the consumer,
-    the last one is what the procedure records. Returns the procedure's (value, executed).
+    the last one is what the procedure records. Returns the procedure's (value, how it came).
 
     ``source()`` starts the function; while the consumer holds an item, ``flight`` (this
     key's in this process) is not ``me``'s: the consumer may call the effect again. A
@@ -168,7 +169,7 @@ def drive_generator(
 
 
 async def drive_async_generator(
-    proc: Generator[Op, Any, tuple[Any, bool]],
+    proc: Generator[Op, Any, tuple[Any, EventKind]],
     source: Callable[[], AsyncIterator[Any]],
     flight: Flight,
     me: object,
@@ -177,7 +178,7 @@ async def drive_async_generator(
     astore: AsyncStore | None = None,
 ) -> AsyncGenerator[Any, None]:
     """:func:`drive_generator` for an async generator effect; the procedure's (value,
-    executed) is appended to ``end`` (an async generator returns nothing)."""
+    how it came) is appended to ``end`` (an async generator returns nothing)."""
     value: Any = None
     error: BaseException | None = None
     while True:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from .._runtime.repairs import Settle
 from ..context import EffectContext
+from ..events import EventKind
 from .calls import Call
 
 if TYPE_CHECKING:
@@ -90,7 +91,7 @@ Op = StoreOp | WatchOp | BlockOp | InvokeOp | ReconcileOp | PipelineOp | SleepOp
 _T = TypeVar("_T")
 
 
-Procedure = Generator[Op, Any, tuple[Any, bool]]
+Procedure = Generator[Op, Any, tuple[Any, EventKind]]
 
 
 class _SyncWatch:

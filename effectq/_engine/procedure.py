@@ -52,6 +52,14 @@ CLAIM_RETRIES = (0.05, 0.25, None)
 
 _NOT_FOUND = object()
 
+# How the value came, as procedure() returns it (module globals: an Enum member costs a lookup).
+_EXECUTED, _REPLAYED, _RECONCILED, _WAITED = (
+    EventKind.EXECUTED,
+    EventKind.REPLAYED,
+    EventKind.RECONCILED,
+    EventKind.WAITED,
+)
+
 
 def _claim(call: Call) -> Generator[Op, Any, tuple[Claim, int]]:
     """Claim, retrying a failed round trip with the same owner (the grant comes back, not a conflict).
@@ -120,7 +128,7 @@ def _give_back(call: Call, exc: ClaimNotReplicatedError) -> Generator[Op, Any, N
 
 def procedure(call: Call) -> Procedure:
     """Claim the effect and do what the claim says (see :func:`.decide.after_claim`).
-    Returns (value, executed)."""
+    Returns (value, how it came: ``EXECUTED``, ``REPLAYED``, ``RECONCILED`` or ``WAITED``)."""
     effect, store, key = call.effect, call.store, call.key
     prefetched = call.run.prefetched
     if prefetched is not None:
@@ -129,8 +137,9 @@ def procedure(call: Call) -> Procedure:
         if found is not None:
             value = replayed(call, found)
             _emit(call, EventKind.REPLAYED, started, attempt=found.attempt)
-            return value, False
+            return value, _REPLAYED
     waiting_since: int | None = None
+    came = _REPLAYED  # WAITED once this call waited for the effect in flight elsewhere
     watch: Any = None
     granted: int | None = None  # the token of a grant nothing has run under yet
     lease: Lease | None = None
@@ -145,6 +154,7 @@ def procedure(call: Call) -> Procedure:
                 if then is not Next.WAIT and waiting_since is not None:
                     _emit(call, EventKind.WAITED, waiting_since)
                     waiting_since = None
+                    came = _WAITED
                 if then is Next.EXECUTE:
                     token, attempt = claim.token, claim.attempt
                     _emit(call, EventKind.CLAIMED, started, attempt=attempt)
@@ -154,11 +164,11 @@ def procedure(call: Call) -> Procedure:
                     _emit(call, EventKind.REPLAYED, started, attempt=claim.attempt)
                     if claim.prefetch_hint is not None:
                         yield from _prefetch(call, claim.prefetch_hint)
-                    return value, False
+                    return value, came
                 if then is Next.RECONCILE:
                     found = yield from _reconcile(call, claim)
                     if found is not _NOT_FOUND:
-                        return found, False
+                        return found, _RECONCILED
                     attempt = yield from _dispatch(call, claim.token)
                     if not attempt:
                         log_reconcile.warning(
@@ -235,7 +245,7 @@ def procedure(call: Call) -> Procedure:
         if not recording[0]:  # cut after the function returned, before its completion was under way
             _cut_after_return(call, token, lease, value, exc)
         raise
-    return value, True
+    return value, _EXECUTED
 
 
 def _prefetch(call: Call, hint: Any) -> Generator[Op, Any, None]:

@@ -120,7 +120,7 @@ def _record(
             recording[0] = True  # no call before it: nothing can cut in between
         data, state, why = effect.codec.encode(value, options.max_result_bytes)
         kwargs = {"result": data, "result_state": state, "retention_ms": options.retention_ms}
-        if state is ResultState.STORED:
+        if state is ResultState.STORED or state is ResultState.WITHHELD:
             if pipeline and (yield PipelineOp(call, token, attempt, kwargs, why)):
                 return
         else:

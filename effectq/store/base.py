@@ -82,6 +82,9 @@ class ResultState(enum.StrEnum):
     UNSERIALISABLE = "unserialisable"
     RESOLVED_WITHOUT_RESULT = "resolved_without_result"
     """An operator settled it as applied without giving the result (``effectq resolve --applied``)."""
+    WITHHELD = "withheld"
+    """Applied, its result kept out of the store on purpose (``redact=effectq.NOTHING``): a replay
+    returns ``None``."""
 
 
 @dataclass(slots=True)

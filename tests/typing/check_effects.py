@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
 from datetime import timedelta
 from typing import assert_type
 
@@ -35,3 +36,31 @@ def use(store: effectq.Store) -> None:
     ctx = effectq.current_effect()
     assert_type(ctx.idempotency_key, str)
     assert_type(effectq.effect_marker(ctx.key), str)
+
+
+@effectq.effect(redact=lambda r: {**r, "card": "****"})
+def charge(amount: int) -> dict[str, str]:
+    return {}
+
+
+@effectq.effect(redact=effectq.NOTHING)
+def tokens(n: int) -> Iterator[str]:
+    yield "a"
+
+
+async def outcomes() -> None:
+    done = send.call_with_outcome("a", "b")
+    assert_type(done, effectq.Outcome[int])
+    assert_type(done.value, int)
+    assert_type(done.kind, effectq.events.EventKind)
+    assert_type(done.idempotency_key, str)
+    assert_type(charge.call_with_outcome(1).value, dict[str, str])
+    posted = await post.acall_with_outcome(1)
+    assert_type(posted, effectq.Outcome[str])
+    await post.acall_with_outcome("x")  # type: ignore[arg-type]
+    streamed = tokens.stream_with_outcome(2)
+    assert_type(streamed, effectq.Streamed[Iterator[str]])
+    for item in streamed.items:
+        assert_type(item, str)
+    with effectq.disabled():
+        send("a", "b")

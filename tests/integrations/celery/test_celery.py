@@ -283,3 +283,24 @@ def test_a_worker_shutting_down_tries_pending_writes_once_more(
     assert heartbeat.pending()[1] == 0
     assert "complete of r:send:1 never landed before the worker shut down" in caplog.text
     assert "Settle it with effectq resolve." in caplog.text
+
+
+def test_a_task_sees_how_each_effect_came(
+    app: Celery, store: effectq.Store, charge: Any, calls: list[Any]
+) -> None:
+    """Inside a task, call_with_outcome says executed, then replayed on the redelivery of its id."""
+    effectq.celery.install(app, store)
+
+    @app.task(shared=False)
+    def fulfil(amount: int) -> list[Any]:
+        done = charge.call_with_outcome(amount)
+        return [done.value, done.kind.value, done.key, done.idempotency_key]
+
+    app.finalize()
+    first = fulfil.apply(args=(2,), task_id="task-o").get()
+    again = fulfil.apply(args=(2,), task_id="task-o").get()
+    assert calls == [2]
+    assert first[:2] == [20, "executed"]
+    assert again[:2] == [20, "replayed"]
+    assert first[2:] == again[2:]
+    assert first[2].startswith("task-o:charge:")

@@ -260,3 +260,21 @@ def test_a_worker_shutting_down_tries_pending_writes_once_more(
     assert heartbeat.pending()[1] == 0
     assert "complete of r:send:1 never landed before the worker shut down" in caplog.text
     assert "Settle it with effectq resolve." in caplog.text
+
+
+def test_an_actor_sees_how_each_effect_came(rig: Rig, charge: Any, charged: list[int]) -> None:
+    """Inside an actor, call_with_outcome says executed on the first delivery, replayed on the next."""
+    seen: list[tuple[int, str, str]] = []
+
+    @rig.actor()
+    def fulfil(amount: int) -> None:
+        done = charge.call_with_outcome(amount)
+        seen.append((done.value, done.kind.value, done.key))
+
+    message = fulfil.message(4)
+    rig.process(message)
+    rig.process(message)  # one after the other (together, the second would wait for the first)
+    assert charged == [4]
+    assert [(value, kind) for value, kind, _ in seen] == [(4, "executed"), (4, "replayed")]
+    assert seen[0][2] == seen[1][2]
+    assert seen[0][2].startswith(f"{message.message_id}:charge:")
