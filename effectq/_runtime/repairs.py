@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 from .. import events
 from .._engine.calls import Call, _emit
-from .._engine.decide import is_crash, may_have_applied, reply_unread
+from .._engine.decide import Failure, after_failure, is_crash, reply_unread
+from .._engine.failures import fail_kwargs
 from ..errors import (
     ClaimNotReplicatedError,
     StoreError,
@@ -86,9 +87,12 @@ def _failed_later(
     if is_crash(exc) or is_crash(cut):
         return
     effect, store, key = call.effect, call.store, call.key
-    maybe = may_have_applied(effect.options, exc, classifier_fails=True)
+    outcome = after_failure(effect.options, exc, classifier_fails=True)
     error = describe_exception(exc)
-    if maybe:
+    if outcome is Failure.TERMINAL:
+        kwargs = fail_kwargs(exc, effect.options.retention_ms)
+        _write_later("fail", call, store.fail, (key, token), kwargs, cut)
+    elif outcome is Failure.UNKNOWN:
         _write_later("mark_unknown", call, store.mark_unknown, (key, token), {"error": error}, cut)
     else:
         kwargs = {"error": error, "retention_ms": effect.options.retention_ms}

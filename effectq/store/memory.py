@@ -46,6 +46,7 @@ class _Row:
     error: str = ""
     expires: int = 0  # ms; 0 = kept until changed
     unknown_since: int = 0  # ms; when it became UNKNOWN
+    failure: str = ""  # a FAILED row's recorded terminal exception ("" when parked)
     reconciler: tuple[str, str, str] | None = None
     """Name, run id and input hash of the holder of a reconcile lease on an UNKNOWN: the row
     keeps the recorded attempt's (what the reconcile asks about) until dispatch runs the holder."""
@@ -114,6 +115,8 @@ class MemoryStore(Store):
             status = row.status
             if status is Status.COMPLETED:
                 return self._completed(row, hint=True if request.prefetch else None)
+            if status is Status.FAILED:
+                return self._failed(row)
             if status is Status.RELEASED:
                 return self._reclaim(row, request, now)
             if row.owner == request.owner and row.lease_until:
@@ -144,6 +147,8 @@ class MemoryStore(Store):
                 row.updated = now
                 return self._granted(row)
             if request.replay_safe:
+                if _exhausted(row, request.max_attempts):
+                    return self._park(row, now, request.retention_ms)
                 row.token += 1
                 row.attempt += 1
                 row.status = Status.DISPATCHED
@@ -163,6 +168,8 @@ class MemoryStore(Store):
             )
 
     def _reclaim(self, row: _Row, request: ClaimRequest, now: int) -> Claim:
+        if not request.reconcile_first and _exhausted(row, request.max_attempts):
+            return self._park(row, now, request.retention_ms)
         row.token += 1
         row.status = Status.PENDING if request.reconcile_first else Status.DISPATCHED
         if row.status is Status.DISPATCHED:
@@ -177,6 +184,29 @@ class MemoryStore(Store):
         row.expires = now + request.retention_ms if request.reconcile_first else 0
         row.updated = now
         return self._granted(row)
+
+    def _park(self, row: _Row, now: int, retention_ms: int) -> Claim:
+        """Attempts exhausted: taken over (the token bumped) and kept as FAILED, its last error kept."""
+        row.token += 1
+        row.status = Status.FAILED
+        row.lease_until = 0
+        row.owner = ""
+        row.failure = ""
+        row.reconciler = None
+        row.updated = now
+        row.expires = now + retention_ms
+        return self._failed(row)
+
+    @staticmethod
+    def _failed(row: _Row) -> Claim:
+        return Claim(
+            ClaimKind.FAILED,
+            token=row.token,
+            attempt=row.attempt,
+            status=Status.FAILED,
+            error=row.error,
+            failure=row.failure,
+        )
 
     @staticmethod
     def _completed(row: _Row, hint: object = None) -> Claim:
@@ -232,7 +262,7 @@ class MemoryStore(Store):
                 return False
             if row.status is Status.COMPLETED:
                 return True
-            if row.status is Status.RELEASED:
+            if row.status in (Status.RELEASED, Status.FAILED):
                 return False
             row.status = Status.COMPLETED
             row.result = result if result_state is ResultState.STORED else None
@@ -282,7 +312,29 @@ class MemoryStore(Store):
             self._notify(row)
             return True
 
-    def dispatch(self, key: str, token: int, *, lease_ms: int) -> int:
+    def fail(self, key: str, token: int, *, error: str, failure: str, retention_ms: int) -> bool:
+        with self._lock:
+            now = self._clock()
+            row = self._row(key, now)
+            if row is None or row.token != token:
+                return False
+            if row.status is Status.FAILED:
+                return True
+            if row.status is not Status.DISPATCHED:
+                return False
+            row.status = Status.FAILED
+            row.error = error
+            row.failure = failure
+            row.lease_until = 0
+            row.owner = ""
+            row.updated = now
+            row.expires = now + retention_ms
+            self._notify(row)
+            return True
+
+    def dispatch(
+        self, key: str, token: int, *, lease_ms: int, max_attempts: int = 0, retention_ms: int = 0
+    ) -> int:
         with self._lock:
             now = self._clock()
             row = self._row(key, now)
@@ -296,6 +348,9 @@ class MemoryStore(Store):
                 return 0
             if row.status is Status.UNKNOWN and not row.lease_until:
                 return 0  # the holder that left it unknown may not re-dispatch it
+            if _exhausted(row, max_attempts):
+                self._park(row, now, retention_ms)
+                return -1
             if row.status is Status.UNKNOWN and row.reconciler is not None:
                 row.name, row.run_id, row.input_hash = row.reconciler  # the attempt that executes
                 row.reconciler = None
@@ -335,7 +390,7 @@ class MemoryStore(Store):
             row = self._row(key, now)
             if row is None:
                 raise ResolveRefusedError(key, None)
-            doubtful = row.status is Status.UNKNOWN or (
+            doubtful = row.status in (Status.UNKNOWN, Status.FAILED) or (
                 row.status is Status.DISPATCHED and row.lease_until <= now
             )
             if not doubtful:
@@ -353,12 +408,15 @@ class MemoryStore(Store):
             row.updated = now
             row.expires = now + retention_ms
             row.error = note
+            row.failure = ""
+            row.reconciler = None
             if applied:
                 row.status = Status.COMPLETED
                 row.result = kept
                 row.result_state = result_state
             else:
                 row.status = Status.RELEASED
+                row.attempt = 0  # the operator's verdict starts the count again
             self._notify(row)
             return self._record(key, row)
 
@@ -436,7 +494,7 @@ class MemoryStore(Store):
             row = self._row(key, now)
             if row is None:
                 return False
-            settled = row.status in (Status.COMPLETED, Status.RELEASED) or (
+            settled = row.status in (Status.COMPLETED, Status.RELEASED, Status.FAILED) or (
                 row.status is Status.PENDING and row.lease_until <= now
             )
             if not settled or (run_id and row.run_id != run_id):
@@ -468,7 +526,13 @@ class MemoryStore(Store):
             expires_at=_dt(row.expires),
             unknown_since=_dt(row.unknown_since) if row.status is Status.UNKNOWN else None,
             ref=key,
+            failure=row.failure,
         )
+
+
+def _exhausted(row: _Row, max_attempts: int) -> bool:
+    """Whether another execution would be past ``max_attempts`` (0: no cap)."""
+    return 0 < max_attempts <= row.attempt
 
 
 def _refusal(status: Status) -> str:

@@ -171,8 +171,11 @@ class FaultyStore(Store):
     def mark_unknown(self, key: str, token: int, *, error: str) -> bool:
         return self.inner.mark_unknown(key, token, error=error)
 
-    def dispatch(self, key: str, token: int, *, lease_ms: int) -> int:
-        return self.inner.dispatch(key, token, lease_ms=lease_ms)
+    def fail(self, key: str, token: int, *, error: str, failure: str, retention_ms: int) -> bool:
+        return self.inner.fail(key, token, error=error, failure=failure, retention_ms=retention_ms)
+
+    def dispatch(self, key: str, token: int, *, lease_ms: int, **limits: int) -> int:
+        return self.inner.dispatch(key, token, lease_ms=lease_ms, **limits)
 
     def renew(self, key: str, token: int, *, lease_ms: int) -> bool:
         return self.inner.renew(key, token, lease_ms=lease_ms)

@@ -265,6 +265,7 @@ class StoreMachine(RuleBasedStateMachine):
                 m.status, m.result, m.result_state = Status.COMPLETED, b"op", ResultState.STORED
             else:
                 m.status, m.released_by = Status.RELEASED, "resolve"
+                m.attempt = 0  # the operator's verdict starts the count again
         assert record.status is m.status
 
     @invariant()

@@ -233,7 +233,8 @@ class RedisStore(KeyLayout, ScriptCalls, AsyncScripts, RedisOperations, Store):
                 "nothing was written"
             )
         layout = self._layout_of(key)
-        return layout, [request.lease_ms, request.owner, flags, identity, request.retention_ms]
+        args = [request.lease_ms, request.owner, flags, identity, request.retention_ms, request.max_attempts]
+        return layout, args
 
     def complete(
         self,
@@ -325,10 +326,18 @@ class RedisStore(KeyLayout, ScriptCalls, AsyncScripts, RedisOperations, Store):
             self._run("mark_unknown", key, keys, [token, error, self._channel(keys[0]), self._publish])
         )
 
-    def dispatch(self, key: str, token: int, *, lease_ms: int) -> int:
-        reply, acknowledged = self._run_replicated("dispatch", key, self._keys(key), [token, lease_ms])
+    def fail(self, key: str, token: int, *, error: str, failure: str, retention_ms: int) -> bool:
+        keys = self._keys(key)
+        args = [token, error, failure, retention_ms, self._channel(keys[0]), self._publish]
+        return bool(self._run("fail", key, keys[:2], args))
+
+    def dispatch(
+        self, key: str, token: int, *, lease_ms: int, max_attempts: int = 0, retention_ms: int = 0
+    ) -> int:
+        args = [token, lease_ms, max_attempts, retention_ms]
+        reply, acknowledged = self._run_replicated("dispatch", key, self._keys(key), args)
         attempt = int(reply)
-        if attempt and self._short(acknowledged):
+        if attempt > 0 and self._short(acknowledged):
             claim = Claim(ClaimKind.CLAIMED, token=token, attempt=attempt, status=Status.DISPATCHED)
             raise ClaimNotReplicatedError(
                 key, claim=claim, acknowledged=acknowledged, required=self._wait_replicas

@@ -6,12 +6,14 @@ An UNKNOWN takes the reconciler's identity (g, see claim.lua): the attempt that 
 
 KEYS[1] the record   KEYS[2] the open index   KEYS[3] the doubt index
 ARGV[1] token   ARGV[2] lease, ms
+ARGV[3] max attempts (0 or absent: no cap)   ARGV[4] retention of a parked record, ms
 
 A retried dispatch of the same token (its first try landed, the reply was lost) gets the same
 attempt back, with a lease from now: the first try's may have run out meanwhile, and nobody took
 the record over (that would have changed the token, or made it unknown).
 
-Reply: the attempt number (>= 1); 0 lost: the token no longer holds it.
+Reply: the attempt number (>= 1); 0 lost: the token no longer holds it; -1 parked: the attempt
+would be past max attempts, so the record is failed (status f, as claim.lua parks it) instead.
 ]]
 local rec = KEYS[1]
 local r = redis.pcall('HMGET', rec, 's', 't', 'a', 'x', 'g')
@@ -30,6 +32,15 @@ if s == 'd' then
 end
 if s ~= 'p' and s ~= 'u' then return 0 end
 if s == 'u' and (tonumber(r[4]) or 0) == 0 then return 0 end
+local cap = tonumber(ARGV[3]) or 0
+if cap > 0 and att >= cap then
+  redis.call('HSET', rec, 's', 'f', 't', tonumber(r[2]) + 1, 'x', 0, 'm', now)
+  redis.call('HDEL', rec, 'o', 'w', 'z', 'g')
+  redis.call('PEXPIRE', rec, ARGV[4])
+  redis.call('ZREM', KEYS[2], rec)
+  redis.call('ZREM', KEYS[3], rec)
+  return -1
+end
 redis.call('HSET', rec, 's', 'd', 'a', att + 1, 'x', lease_end, 'm', now)
 if s == 'u' and r[5] then
   redis.call('HSET', rec, 'h', r[5])
