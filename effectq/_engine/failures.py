@@ -20,8 +20,8 @@ from ..errors import RecordedFailure, describe_exception
 __all__ = ["MAX_ARGS_BYTES", "MAX_MESSAGE", "fail_kwargs", "rebuilt", "record"]
 
 MAX_MESSAGE = 2000
-"""Characters of a terminal exception's message kept (a longer one is cut, and then cannot be
-raised as its own type: its message would differ)."""
+"""Characters of a terminal exception's message kept (a longer one is cut; a rebuilt exception's
+message is compared cut the same way)."""
 
 MAX_ARGS_BYTES = 8 * 1024
 """Bytes of JSON arguments kept; larger ones are recorded as ``null``."""
@@ -33,9 +33,7 @@ def _qualname(cls: type) -> str:
 
 def record(exc: BaseException) -> str:
     """The JSON recorded for the terminal exception ``exc``."""
-    message = str(exc)
-    if len(message) > MAX_MESSAGE:
-        message = message[: MAX_MESSAGE - 1] + "…"
+    message = _cut(str(exc))
     given = getattr(exc, "effectq_args", exc.args)
     try:
         args: Any = json.dumps(list(given), ensure_ascii=False, allow_nan=False)
@@ -69,11 +67,15 @@ def rebuilt(failure: str, *, key: str, name: str, namespace: str) -> BaseExcepti
         except Exception as error:  # a constructor that does not take its arguments back
             detail = f"{type_name}(*args) raised {type(error).__name__}"
         else:
-            if str(exc) == message:
+            if _cut(str(exc)) == message:
                 exc.__cause__ = RecordedFailure(key, name, type_name, message, args_json, "", namespace)
                 return exc
             detail = f"{type_name}(*args) gives another message"
     return RecordedFailure(key, name, type_name, message, args_json, detail, namespace)
+
+
+def _cut(message: str) -> str:
+    return message if len(message) <= MAX_MESSAGE else message[: MAX_MESSAGE - 1] + "…"
 
 
 def _import(type_name: str) -> type[Exception] | None:
