@@ -33,9 +33,9 @@ def _detail(record: Record, where: Standing) -> str:
         return result_summary(record)
     if record.status is Status.PENDING:
         return f"never ran: holder {record.owner} died while pending"
-    if where is Standing.FAILED:
-        return _failed_detail(record)
     text = record.error or (f"holder {record.owner} went silent" if record.owner else "")
+    if where is Standing.FAILED:
+        text = ("terminal: " if record.failure else f"parked after {record.attempt} attempts: ") + text
     return text if len(text) <= 80 else text[:79] + "…"
 
 
