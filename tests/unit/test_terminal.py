@@ -194,3 +194,25 @@ def test_a_base_exception_or_a_signal_is_never_terminal(store: effectq.Store) ->
 def test_bad_options_fail_at_decoration(options: dict[str, Any], says: str) -> None:
     with pytest.raises(ConfigurationError, match=says):
         effectq.effect(name="bad.options", **options)
+
+
+def test_an_async_effect_replays_its_terminal_exception(store: effectq.Store) -> None:
+    """The event loop's path (the async store on Redis) reads a failed claim as the thread's does."""
+    import asyncio
+
+    calls: list[int] = []
+
+    @effectq.effect(name="pay.async", terminal=[CardDeclined])
+    async def charge(amount: int) -> str:
+        calls.append(amount)
+        raise CardDeclined("declined, async")
+
+    async def twice() -> None:
+        run = _run()
+        for _ in range(2):
+            async with effectq.run(run, store=store):
+                with pytest.raises(CardDeclined, match="declined, async"):
+                    await charge(9)
+
+    asyncio.run(twice())
+    assert calls == [9]
