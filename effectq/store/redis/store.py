@@ -334,8 +334,9 @@ class RedisStore(KeyLayout, ScriptCalls, AsyncScripts, RedisOperations, Store):
     def dispatch(
         self, key: str, token: int, *, lease_ms: int, max_attempts: int = 0, retention_ms: int = 0
     ) -> int:
-        args = [token, lease_ms, max_attempts, retention_ms]
-        reply, acknowledged = self._run_replicated("dispatch", key, self._keys(key), args)
+        keys = self._keys(key)
+        args = [token, lease_ms, max_attempts, retention_ms, self._channel(keys[0]), self._publish]
+        reply, acknowledged = self._run_replicated("dispatch", key, keys, args)
         attempt = int(reply)
         if attempt > 0 and self._short(acknowledged):
             claim = Claim(ClaimKind.CLAIMED, token=token, attempt=attempt, status=Status.DISPATCHED)

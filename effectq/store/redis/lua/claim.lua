@@ -10,9 +10,8 @@ until dispatch makes g the identity), e error, c created, m modified (absent unt
 first changes: read c), w "a waiter is listening" flag, z a failed record's recorded exception
 (JSON, written by fail.lua; absent when the key was parked after max attempts). Every field is a
 hash entry Redis writes and reads one by one, so the identity, which only a grant (or a dispatch)
-writes, is one. Records
-written before h keep n, u, k and i as fields of their own; every script reads both, and a grant
-rewrites such a record in the new layout.
+writes, is one. Records written before h keep n, u, k and i as fields of their own; every script
+reads both, and a grant rewrites such a record in the new layout.
 A completed record is one packed string (see complete.lua).
 
 KEYS[1] the record
@@ -74,7 +73,7 @@ if not packed then
   if status == 'p' then return {5, now, att, status, ''} end
   return {1, now, att, status, ''}
 end
--- Not a string: a hash (in flight, released, unknown), or another type.
+-- Not a string: a hash (in flight, released, unknown, failed), or another type.
 local r = redis.pcall('HMGET', rec, 's', 't', 'a', 'x', 'o', 'i', 'e', 'h', 'z')
 if r['err'] then return {-1, redis.call('TYPE', rec)['ok']} end
 
