@@ -104,7 +104,7 @@ def _give_back(call: Call, exc: ClaimNotReplicatedError) -> Generator[Op, Any, N
     log_claim.error("%s; the claim is given back", exc)
     if claim.error:
         yield from _write(
-            "mark_unknown", call, call.store.mark_unknown, call.key, claim.token, error=claim.error
+            "mark_unknown", call, call.store.mark_unknown, call.key, claim.token, error=claim.error, ran=False
         )
         return
     yield from _write(
@@ -115,6 +115,7 @@ def _give_back(call: Call, exc: ClaimNotReplicatedError) -> Generator[Op, Any, N
         claim.token,
         error="claim not acknowledged by enough replicas; never run",
         retention_ms=call.effect.options.retention_ms,
+        ran=False,
     )
 
 

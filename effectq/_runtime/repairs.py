@@ -58,6 +58,7 @@ def _abandon(call: Call) -> Callable[[], None]:
                 claim.token,
                 error="claim reply lost; never run",
                 retention_ms=call.effect.options.retention_ms,
+                ran=False,
             )
 
     return abandon
@@ -68,7 +69,9 @@ def _give_back_later(call: Call, token: int) -> None:
     store, key = call.store, call.key
     retention_ms = call.effect.options.retention_ms
     heartbeat.defer(
-        lambda: store.release(key, token, error="dispatch reply lost; never run", retention_ms=retention_ms),
+        lambda: store.release(
+            key, token, error="dispatch reply lost; never run", retention_ms=retention_ms, ran=False
+        ),
         f"release of the unanswered dispatch of {key}",
         for_seconds=600.0,
         store=store,
@@ -119,7 +122,8 @@ def _give_back_unrun(
         return
     store, key = call.store, call.key
     if unknown:
-        _write_later("mark_unknown", call, store.mark_unknown, (key, token), {"error": unknown}, exc)
+        kwargs = {"error": unknown, "ran": False}
+        _write_later("mark_unknown", call, store.mark_unknown, (key, token), kwargs, exc)
         return
     log_release.info(
         "effectq %s: %s before it ran; its claim is given back (key %s)",
@@ -130,6 +134,7 @@ def _give_back_unrun(
     kwargs = {
         "error": f"{describe_exception(exc, 200)} before it ran; never run",
         "retention_ms": call.effect.options.retention_ms,
+        "ran": False,
     }
     _write_later("release", call, store.release, (key, token), kwargs, exc)
 

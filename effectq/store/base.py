@@ -264,12 +264,15 @@ class Store(Protocol):
         """Record the effect as applied. False: the token no longer holds the record."""
         ...
 
-    def release(self, key: str, token: int, *, error: str, retention_ms: int) -> bool:
-        """Record "not applied" (PENDING/DISPATCHED → RELEASED), or give back a reconcile lease."""
+    def release(self, key: str, token: int, *, error: str, retention_ms: int, ran: bool = True) -> bool:
+        """Record "not applied" (PENDING/DISPATCHED → RELEASED), or give back a reconcile lease.
+        ``ran=False``: nothing ran under the grant (it is given back), so a DISPATCHED record's
+        attempts go back down by one: only executions count."""
         ...
 
-    def mark_unknown(self, key: str, token: int, *, error: str) -> bool:
-        """Record "maybe applied" (DISPATCHED → UNKNOWN)."""
+    def mark_unknown(self, key: str, token: int, *, error: str, ran: bool = True) -> bool:
+        """Record "maybe applied" (DISPATCHED → UNKNOWN); ``ran=False`` as for :meth:`release`
+        (a re-dispatched unknown given back before it ran)."""
         ...
 
     def fail(self, key: str, token: int, *, error: str, failure: str, retention_ms: int) -> bool:

@@ -269,13 +269,15 @@ class MemoryStore(MemoryOperations, Store):
             self._notify(row)
             return True
 
-    def release(self, key: str, token: int, *, error: str, retention_ms: int) -> bool:
+    def release(self, key: str, token: int, *, error: str, retention_ms: int, ran: bool = True) -> bool:
         with self._lock:
             now = self._clock()
             row = self._row(key, now)
             if row is None or row.token != token:
                 return False
             if row.status in (Status.PENDING, Status.DISPATCHED):
+                if row.status is Status.DISPATCHED and not ran:
+                    row.attempt = max(0, row.attempt - 1)  # given back: only executions count
                 row.status = Status.RELEASED
                 row.error = error
                 row.expires = now + retention_ms
@@ -287,7 +289,7 @@ class MemoryStore(MemoryOperations, Store):
             self._notify(row)
             return True
 
-    def mark_unknown(self, key: str, token: int, *, error: str) -> bool:
+    def mark_unknown(self, key: str, token: int, *, error: str, ran: bool = True) -> bool:
         with self._lock:
             now = self._clock()
             row = self._row(key, now)
@@ -297,6 +299,8 @@ class MemoryStore(MemoryOperations, Store):
                 return True
             if row.status is not Status.DISPATCHED:
                 return False
+            if not ran:
+                row.attempt = max(0, row.attempt - 1)  # given back: only executions count
             row.status = Status.UNKNOWN
             row.error = error
             row.unknown_since = now

@@ -79,6 +79,21 @@ class FailedContract:
         assert record is not None
         assert (record.status, record.error, record.owner) == (Status.FAILED, "declined #3", "")
 
+    def test_a_grant_given_back_before_it_ran_does_not_count(self, store: Store, key: str) -> None:
+        """``ran=False`` (a claim given back: its reply was lost, a time limit cut in before the
+        function): the attempts go back down, so a key is parked after executions only."""
+        for n in range(4):
+            claim = store.claim(key, _capped(f"o{n}", cap=1))
+            assert (claim.kind, claim.attempt) == (ClaimKind.CLAIMED, 1)
+            assert store.release(key, claim.token, error="never run", retention_ms=KEEP, ran=False)
+        claim = store.claim(key, _capped("o5", cap=1))
+        assert store.mark_unknown(key, claim.token, error="timed out")
+        again = store.claim(key, _capped("o6", cap=2, replay_safe=True))
+        assert (again.kind, again.attempt) == (ClaimKind.CLAIMED, 2)
+        assert store.mark_unknown(key, again.token, error="timed out", ran=False)  # given back
+        record = store.get(key)
+        assert record is not None and (record.status, record.attempt) == (Status.UNKNOWN, 1)
+
     def test_a_claim_under_the_cap_runs(self, store: Store, key: str) -> None:
         _released_times(store, key, 2)
         claim = store.claim(key, _capped("o3", cap=3))

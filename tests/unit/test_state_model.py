@@ -203,28 +203,31 @@ class StoreMachine(RuleBasedStateMachine):
                 m.result, m.result_state = payload, state
         assert ok is expect, (which, m)
 
-    @rule(which=st.sampled_from(["current", "stale"]))
-    def release(self, which: str) -> None:
+    @rule(which=st.sampled_from(["current", "stale"]), ran=st.booleans())
+    def release(self, which: str, ran: bool) -> None:
         m = self.model
-        ok = self.store.release(KEY, self._token(which), error="ValueError", retention_ms=LONG)
+        ok = self.store.release(KEY, self._token(which), error="ValueError", retention_ms=LONG, ran=ran)
         expect = False
         if m.status is not None and which == "current":
             if m.status in (Status.PENDING, Status.DISPATCHED):
+                if m.status is Status.DISPATCHED and not ran:
+                    m.attempt = max(0, m.attempt - 1)
                 m.status, m.lease, m.owner, expect = Status.RELEASED, "none", "", True
                 m.released_by = "release"
             elif m.status is Status.UNKNOWN:
                 m.lease, m.owner, expect = "none", "", True
         assert ok is expect, (which, m)
 
-    @rule(which=st.sampled_from(["current", "stale"]))
-    def mark_unknown(self, which: str) -> None:
+    @rule(which=st.sampled_from(["current", "stale"]), ran=st.booleans())
+    def mark_unknown(self, which: str, ran: bool) -> None:
         m = self.model
-        ok = self.store.mark_unknown(KEY, self._token(which), error="TimeoutError")
+        ok = self.store.mark_unknown(KEY, self._token(which), error="TimeoutError", ran=ran)
         expect = False
         if m.status is not None and which == "current":
             if m.status is Status.UNKNOWN:
                 expect = True
             elif m.status is Status.DISPATCHED:
+                m.attempt = m.attempt if ran else max(0, m.attempt - 1)
                 m.status, m.lease, expect = Status.UNKNOWN, "none", True
         assert ok is expect, (which, m)
 

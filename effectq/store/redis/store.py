@@ -312,19 +312,15 @@ class RedisStore(KeyLayout, ScriptCalls, AsyncScripts, RedisOperations, Store):
                 found[record_key] = claim
         return Prefetched(self.record_key, found)
 
-    def release(self, key: str, token: int, *, error: str, retention_ms: int) -> bool:
+    def release(self, key: str, token: int, *, error: str, retention_ms: int, ran: bool = True) -> bool:
         keys = self._keys(key)
-        return bool(
-            self._run(
-                "release", key, keys[:2], [token, error, retention_ms, self._channel(keys[0]), self._publish]
-            )
-        )
+        args = [token, error, retention_ms, self._channel(keys[0]), self._publish, "" if ran else "n"]
+        return bool(self._run("release", key, keys[:2], args))
 
-    def mark_unknown(self, key: str, token: int, *, error: str) -> bool:
+    def mark_unknown(self, key: str, token: int, *, error: str, ran: bool = True) -> bool:
         keys = self._keys(key)
-        return bool(
-            self._run("mark_unknown", key, keys, [token, error, self._channel(keys[0]), self._publish])
-        )
+        args = [token, error, self._channel(keys[0]), self._publish, "" if ran else "n"]
+        return bool(self._run("mark_unknown", key, keys, args))
 
     def fail(self, key: str, token: int, *, error: str, failure: str, retention_ms: int) -> bool:
         keys = self._keys(key)
