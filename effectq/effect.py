@@ -49,9 +49,11 @@ from .options import (
     OnMismatch,
     ReconcileOn,
     Redact,
+    attempts,
     classifier,
     redaction,
     seconds,
+    terminal_classifier,
 )
 from .outcome import Seen, waited
 from .outcome_calls import OutcomeCalls
@@ -190,6 +192,7 @@ class Effect(OutcomeCalls[P, R]):
             options.reconcile is not None and options.reconcile_on is ReconcileOn.ALWAYS,  # reconcile_first
             options.retention_ms,  # retention_ms
             not bound_run.prefetch_tried,  # prefetch
+            options.max_attempts,  # max_attempts
         )
         return Call(self, bound_run, store, key, request.input_hash, arguments, ordinal, request)
 
@@ -356,6 +359,8 @@ def effect(
     replay_safe: bool = False,
     on_mismatch: OnMismatch | str = OnMismatch.WARN,
     maybe_applied: Iterable[type[BaseException] | str] | Callable[[BaseException], bool] | None = None,
+    terminal: Iterable[type[BaseException] | str] | type[BaseException] | str | None = None,
+    max_attempts: int = 3,
     max_result_bytes: int = 64 * 1024,
     result_type: Any = FROM_ANNOTATION,
     redact: Redact = None,
@@ -377,6 +382,8 @@ def effect(
     replay_safe: bool = False,
     on_mismatch: OnMismatch | str = OnMismatch.WARN,
     maybe_applied: Iterable[type[BaseException] | str] | Callable[[BaseException], bool] | None = None,
+    terminal: Iterable[type[BaseException] | str] | type[BaseException] | str | None = None,
+    max_attempts: int = 3,
     max_result_bytes: int = 64 * 1024,
     result_type: Any = FROM_ANNOTATION,
     redact: Redact = None,
@@ -406,6 +413,13 @@ def effect(
             recorded with a different input.
         maybe_applied: exceptions meaning "maybe applied" (classes or qualified
             names, or a predicate); default :data:`effectq.options.MAYBE_APPLIED`.
+        terminal: exceptions that end the effect for good (classes or qualified names):
+            one raised by the function is recorded, and every later call with the key
+            raises it again without running (until the retention ends or an operator
+            resolves the key). Checked before ``maybe_applied``.
+        max_attempts: executions of one key (1 to 10) before it is parked as failed
+            (:class:`~effectq.errors.AttemptsExhausted`); each release, re-run of an
+            unknown outcome, and worker that died in it counts.
         max_result_bytes: a result larger than this (as JSON) is recorded as applied
             without its result.
         result_type: the type results are recorded and replayed as; defaults to the
@@ -427,6 +441,8 @@ def effect(
         replay_safe=bool(replay_safe),
         on_mismatch=_enum(OnMismatch, on_mismatch, "on_mismatch"),
         maybe_applied=classifier(maybe_applied),
+        terminal=terminal_classifier(terminal),
+        max_attempts=attempts(max_attempts),
         max_result_bytes=_positive_int(max_result_bytes, "max_result_bytes"),
         result_type=result_type,
         redact=redaction(redact),

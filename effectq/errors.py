@@ -18,6 +18,8 @@ The tree (``effectq.X`` for each; every name is also importable from here)::
     ├── OutcomeUnknown                 nobody can know whether it applied
     ├── InProgress                     in flight elsewhere, still after the wait
     ├── ReentrantEffectError           an effect called inside itself
+    ├── AttemptsExhausted              executed max_attempts times: the key is parked
+    ├── RecordedFailure                a recorded terminal exception that cannot be raised as itself
     ├── StoreError                     the store failed or answered nonsense
     │   ├── CorruptRecordError
     │   └── ClaimNotReplicatedError    (also a ReplicationError)
@@ -55,6 +57,7 @@ if TYPE_CHECKING:
     from .store.base import Claim, Record
 
 __all__ = [
+    "AttemptsExhausted",
     "ClaimNotReplicatedError",
     "CompletionNotReplicatedError",
     "ConfigurationError",
@@ -68,6 +71,7 @@ __all__ = [
     "NoActiveRun",
     "OutcomeUnknown",
     "ReconcileError",
+    "RecordedFailure",
     "ReentrantEffectError",
     "ReplicationError",
     "ResolveRefusedError",
@@ -174,6 +178,89 @@ class ReentrantEffectError(EffectqError):
             f"call the undecorated function (.fn)"
         )
         self._rebuilt_from(key, name)
+
+
+def _resolve_hint(key: str, namespace: str) -> str:
+    ns = f" --namespace {namespace}" if namespace else ""
+    return f"`effectq resolve{ns} '{key}' --not-applied`"
+
+
+class AttemptsExhausted(EffectqError):
+    """The effect was executed ``max_attempts`` times under this key without completing: the
+    key is parked as failed, and nothing runs until an operator resets it (or the retention ends).
+
+    Each execution counts: one released after a "not applied" exception, a replay-safe or
+    reconciled re-run of an unknown outcome, and one whose worker died in it. This stops a
+    poison loop (a worker killed inside the same effect on every redelivery).
+    ``effectq list --status failed`` lists parked keys; reset one with
+    ``effectq resolve KEY --not-applied`` (its attempts start again from 0).
+
+    Attributes:
+        key: the effect key.
+        name: the effect name.
+        attempts: how many times the effect was executed under the key.
+        last_error: the last execution's error, as recorded.
+        namespace: the store's namespace.
+    """
+
+    def __init__(
+        self, key: str, name: str = "", attempts: int = 0, last_error: str = "", namespace: str = ""
+    ) -> None:
+        self.key = key
+        self.name = name
+        self.attempts = attempts
+        self.last_error = last_error
+        self.namespace = namespace
+        super().__init__(
+            f"effect {name or '?'} was executed {attempts} times under key {key!r} without completing "
+            f"and is parked as failed (last error: {last_error or 'none recorded'}); nothing was run. "
+            f"Fix the cause, then reset it with {_resolve_hint(key, namespace)}."
+        )
+        self._rebuilt_from(key, name, attempts, last_error, namespace)
+
+
+class RecordedFailure(EffectqError):
+    """An earlier attempt raised an exception the effect declares terminal; it was recorded,
+    and this call did not run the function.
+
+    Raised in its place when the recorded exception cannot be raised again as its own type
+    (the type no longer imports, or ``type(*args)`` does not rebuild it with the same message);
+    the rebuilt exception, when there is one, has this as its ``__cause__``.
+
+    Attributes:
+        key: the effect key.
+        name: the effect name.
+        type_name: the recorded exception's qualified class name.
+        message: its message (``str(exc)``).
+        args_json: its arguments as recorded (JSON text; ``"null"`` when they were not JSON).
+        detail: why it is raised in the exception's place (``""`` when it is only the cause).
+        namespace: the store's namespace.
+    """
+
+    def __init__(
+        self,
+        key: str,
+        name: str = "",
+        type_name: str = "",
+        message: str = "",
+        args_json: str = "null",
+        detail: str = "",
+        namespace: str = "",
+    ) -> None:
+        self.key = key
+        self.name = name
+        self.type_name = type_name
+        self.message = message
+        self.args_json = args_json
+        self.detail = detail
+        self.namespace = namespace
+        why = f" ({detail})" if detail else ""
+        super().__init__(
+            f"effect {name or '?'} failed terminally under key {key!r} with {type_name}: {message}{why}; "
+            f"recorded, it is raised again without running until the retention ends or "
+            f"{_resolve_hint(key, namespace)}"
+        )
+        self._rebuilt_from(key, name, type_name, message, args_json, detail, namespace)
 
 
 class StoreError(EffectqError):

@@ -43,6 +43,9 @@ class EventKind(enum.StrEnum):
     """The function raised an exception that means "not applied"; duration: the function."""
     UNKNOWN = "unknown"
     """Maybe applied: recorded as unknown by this call, or met by this call (OutcomeUnknown)."""
+    FAILED = "failed"
+    """Failed for good: a terminal exception recorded by this call (duration: the function), or a
+    failed key met by this call (a recorded terminal exception raised again, or AttemptsExhausted)."""
     RECONCILED = "reconciled"
     """A reconcile hook found the effect applied and it was recorded; duration: the hook."""
     WAITED = "waited"

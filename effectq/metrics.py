@@ -9,7 +9,7 @@
 What is exported:
 
 - ``effectq_events_total{kind, effect, namespace}``: every event (claimed,
-  replayed, executed, completed, released, unknown, reconciled, waited,
+  replayed, executed, completed, released, unknown, failed, reconciled, waited,
   in_progress, store_error) per effect name.
 - ``effectq_step_duration_seconds{step, effect}``: a histogram of how long each
   step took: ``claim`` and ``complete`` are store round trips, ``execute`` is

@@ -17,6 +17,7 @@ from .errors import ConfigurationError
 
 __all__ = [
     "FROM_ANNOTATION",
+    "MAX_ATTEMPTS_LIMIT",
     "MAYBE_APPLIED",
     "NOTHING",
     "Duration",
@@ -27,6 +28,7 @@ __all__ = [
     "classifier",
     "raised_by_signal_handler",
     "seconds",
+    "terminal_classifier",
 ]
 
 Duration = float | int | timedelta
@@ -191,6 +193,63 @@ def _called_as_signal_handler(frame: FrameType) -> bool:
     )
 
 
+MAX_ATTEMPTS_LIMIT = 10
+"""The highest ``max_attempts`` an effect may declare: past it, a loop is no longer a retry."""
+
+
+def attempts(value: Any) -> int:
+    """Normalise ``max_attempts``: a whole number from 1 to :data:`MAX_ATTEMPTS_LIMIT`."""
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_ATTEMPTS_LIMIT:
+        raise ConfigurationError(
+            f"max_attempts must be a whole number from 1 to {MAX_ATTEMPTS_LIMIT} (executions of one "
+            f"key before it is parked as failed), not {value!r}"
+        )
+    return value
+
+
+def _matcher(spec: Iterable[Any] | type | str, option: str) -> Callable[[BaseException], bool]:
+    """Whether an exception is one of ``spec``'s classes or qualified names (subclasses match)."""
+    if isinstance(spec, str | type):
+        spec = (spec,)  # one class or name, as a one-item list
+    names: set[str] = set()
+    types: list[type[BaseException]] = []
+    for item in spec:
+        if isinstance(item, str):
+            names.add(item)
+        elif isinstance(item, type) and issubclass(item, BaseException):
+            types.append(item)
+        else:
+            raise ConfigurationError(f"{option} takes exception classes or qualified names, not {item!r}")
+    frozen_types = tuple(types)
+
+    def matches(exc: BaseException) -> bool:
+        if frozen_types and isinstance(exc, frozen_types):
+            return True
+        return bool(names) and any(_qualname(cls) in names for cls in type(exc).__mro__)
+
+    return matches
+
+
+def terminal_classifier(
+    spec: Iterable[type[BaseException] | str] | type[BaseException] | str | None,
+) -> Callable[[BaseException], bool] | None:
+    """Build the "terminal?" test from classes or qualified names (None: no exception is).
+
+    Only an ``Exception`` can be terminal, and never one a signal handler raised: those say
+    nothing about how far the function got (see :func:`raised_by_signal_handler`).
+    """
+    if spec is None:
+        return None
+    if callable(spec) and not isinstance(spec, type):
+        raise ConfigurationError(f"terminal takes exception classes or qualified names, not {spec!r}")
+    matches = _matcher(spec, "terminal")
+
+    def terminal(exc: BaseException) -> bool:
+        return isinstance(exc, Exception) and matches(exc) and not raised_by_signal_handler(exc)
+
+    return terminal
+
+
 def classifier(
     spec: Iterable[type[BaseException] | str] | Callable[[BaseException], bool] | None,
 ) -> Callable[[BaseException], bool]:
@@ -204,27 +263,12 @@ def classifier(
         spec = MAYBE_APPLIED
     if callable(spec) and not isinstance(spec, type):
         return spec
-    names: set[str] = set()
-    types: list[type[BaseException]] = []
-    for item in spec:  # type: ignore[union-attr]
-        if isinstance(item, str):
-            names.add(item)
-        elif isinstance(item, type) and issubclass(item, BaseException):
-            types.append(item)
-        else:
-            raise ConfigurationError(
-                f"maybe_applied takes exception classes or qualified names, not {item!r}"
-            )
-    frozen_types = tuple(types)
+    matches = _matcher(spec, "maybe_applied")
 
     def maybe_applied(exc: BaseException) -> bool:
         if not isinstance(exc, Exception):
             return True
-        if frozen_types and isinstance(exc, frozen_types):
-            return True
-        if any(_qualname(cls) in names for cls in type(exc).__mro__):
-            return True
-        return raised_by_signal_handler(exc)
+        return matches(exc) or raised_by_signal_handler(exc)
 
     return maybe_applied
 
@@ -244,6 +288,10 @@ class EffectOptions:
     replay_safe: bool = False
     on_mismatch: OnMismatch = OnMismatch.WARN
     maybe_applied: Callable[[BaseException], bool] = field(default_factory=lambda: classifier(None))
+    terminal: Callable[[BaseException], bool] | None = None
+    """Whether an exception is terminal (recorded and raised again on every later call); None: none is."""
+    max_attempts: int = 3
+    """Executions of one key (1 to :data:`MAX_ATTEMPTS_LIMIT`) before it is parked as failed."""
     max_result_bytes: int = 64 * 1024
     result_type: Any = FROM_ANNOTATION
     redact: Redact = None

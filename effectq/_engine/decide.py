@@ -2,10 +2,10 @@
 
 A claim's reply says what comes next (:func:`after_claim`); an effect in flight is waited
 for or given up on (:func:`wait_for`); a replay's value is checked and decoded
-(:func:`replayed`); a function that raised is recorded as unknown or released
-(:func:`may_have_applied`); a completion whose reply was never read is written again
-(:func:`reply_unread`). None of them does I/O: :mod:`.procedure` yields the store
-operations they lead to.
+(:func:`replayed`); a failed record is raised again (:func:`failed`); a function that raised
+is recorded as unknown, released or failed (:func:`after_failure`); a completion whose reply
+was never read is written again (:func:`reply_unread`). None of them does I/O:
+:mod:`.procedure` yields the store operations they lead to.
 """
 
 from __future__ import annotations
@@ -16,9 +16,16 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from ..codec import DecodeError
-from ..errors import CorruptRecordError, InputMismatchError, ResultDecodeError, ResultNotRecordedError
+from ..errors import (
+    AttemptsExhausted,
+    CorruptRecordError,
+    InputMismatchError,
+    ResultDecodeError,
+    ResultNotRecordedError,
+)
 from ..options import OnMismatch, is_time_limit
 from ..store.base import Claim, ClaimKind, ResultState
+from . import failures
 
 if TYPE_CHECKING:
     from ..options import EffectOptions
@@ -26,9 +33,13 @@ if TYPE_CHECKING:
 
 __all__ = [
     "MAX_BLOCK",
+    "Failure",
     "Next",
     "after_claim",
+    "after_failure",
     "check_input",
+    "exhausted",
+    "failed",
     "is_crash",
     "may_have_applied",
     "replayed",
@@ -51,6 +62,15 @@ class Next(enum.Enum):
     RECONCILE = "reconcile"  # granted a reconcile lease: ask the remote system first
     WAIT = "wait"  # in flight elsewhere: wait for it, up to the effect's ``wait``
     RAISE = "raise"  # unknown, and this caller may neither reconcile nor re-run it
+    FAIL = "fail"  # failed: raise the recorded terminal exception, or AttemptsExhausted
+
+
+class Failure(enum.Enum):
+    """What the function's exception means, as the record keeps it (the store primitive's name)."""
+
+    RELEASE = "release"  # not applied: the next call applies the effect
+    UNKNOWN = "mark_unknown"  # maybe applied
+    TERMINAL = "fail"  # declared terminal: recorded, and raised again by every later call
 
 
 _NEXT = {
@@ -59,6 +79,7 @@ _NEXT = {
     ClaimKind.RECONCILE: Next.RECONCILE,
     ClaimKind.IN_FLIGHT: Next.WAIT,
     ClaimKind.UNKNOWN: Next.RAISE,
+    ClaimKind.FAILED: Next.FAIL,
 }
 
 
@@ -94,6 +115,33 @@ def may_have_applied(options: EffectOptions, exc: BaseException, *, classifier_f
         return options.maybe_applied(exc)
     except Exception:  # a classifier that raises: maybe applied
         return True
+
+
+def after_failure(options: EffectOptions, exc: BaseException, *, classifier_fails: bool = False) -> Failure:
+    """How the function's exception ``exc`` is recorded. A terminal one (``terminal=``; never a
+    ``BaseException`` that is no ``Exception``, nor one a signal handler raised) is failed, before
+    ``maybe_applied`` is asked; then as :func:`may_have_applied` says."""
+    terminal = options.terminal
+    if terminal is not None and terminal(exc):
+        return Failure.TERMINAL
+    if may_have_applied(options, exc, classifier_fails=classifier_fails):
+        return Failure.UNKNOWN
+    return Failure.RELEASE
+
+
+def failed(call: Call, claim: Claim) -> BaseException:
+    """What a FAILED claim raises: the recorded terminal exception, rebuilt (or
+    :class:`~effectq.errors.RecordedFailure`), or, for a key parked after its attempts ran
+    out, :class:`~effectq.errors.AttemptsExhausted`."""
+    name, namespace = call.effect.name, call.store.namespace
+    if claim.failure:
+        return failures.rebuilt(claim.failure, key=call.key, name=name, namespace=namespace)
+    return exhausted(call, claim.attempt, claim.error)
+
+
+def exhausted(call: Call, attempts: int, last_error: str) -> AttemptsExhausted:
+    """The error of a key parked after ``attempts`` executions (the claim or the dispatch parked it)."""
+    return AttemptsExhausted(call.key, call.effect.name, attempts, last_error, call.store.namespace)
 
 
 def reply_unread(outcome: BaseException) -> bool:

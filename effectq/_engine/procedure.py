@@ -33,7 +33,7 @@ from ..errors import (
 from ..events import EventKind
 from ..store.base import Claim, ClaimKind, Status
 from .calls import Applied, Call, _emit
-from .decide import Next, after_claim, check_input, is_crash, replayed, wait_for
+from .decide import Next, after_claim, check_input, exhausted, failed, is_crash, replayed, wait_for
 from .ops import BlockOp, InvokeOp, Op, Procedure, ReconcileOp, SleepOp, StoreOp, WatchOp
 from .record import _failed, _record, _store, _store_failed, _write
 
@@ -112,7 +112,7 @@ def _give_back(call: Call, exc: ClaimNotReplicatedError) -> Generator[Op, Any, N
     log_claim.error("%s; the claim is given back", exc)
     if claim.error:
         yield from _write(
-            "mark_unknown", call, call.store.mark_unknown, call.key, claim.token, error=claim.error
+            "mark_unknown", call, call.store.mark_unknown, call.key, claim.token, error=claim.error, ran=False
         )
         return
     yield from _write(
@@ -123,6 +123,7 @@ def _give_back(call: Call, exc: ClaimNotReplicatedError) -> Generator[Op, Any, N
         claim.token,
         error="claim not acknowledged by enough replicas; never run",
         retention_ms=call.effect.options.retention_ms,
+        ran=False,
     )
 
 
@@ -170,6 +171,10 @@ def procedure(call: Call) -> Procedure:
                     if found is not _NOT_FOUND:
                         return found, _RECONCILED
                     attempt = yield from _dispatch(call, claim.token)
+                    if attempt < 0:  # parked: this execution would be past max_attempts
+                        call.run.stats.failed += 1
+                        _emit(call, EventKind.FAILED, started, attempt=claim.attempt, error=claim.error)
+                        raise exhausted(call, claim.attempt, claim.error)
                     if not attempt:
                         log_reconcile.warning(
                             "effectq lost the claim of %s after reconcile; looking again", key
@@ -194,6 +199,10 @@ def procedure(call: Call) -> Procedure:
                         continue
                     yield BlockOp(watch, block)
                     continue
+                if then is Next.FAIL:
+                    call.run.stats.failed += 1
+                    _emit(call, EventKind.FAILED, started, attempt=claim.attempt, error=claim.error)
+                    raise failed(call, claim)
                 # RAISE: may have applied, and this caller may neither reconcile nor replay.
                 call.run.stats.failed += 1
                 _emit(call, EventKind.UNKNOWN, started, attempt=claim.attempt, error=claim.error)
@@ -325,17 +334,21 @@ def _reconcile(call: Call, claim: Claim) -> Generator[Op, Any, Any]:
 
 
 def _dispatch(call: Call, token: int) -> Generator[Op, Any, int]:
-    """After a reconcile found nothing: dispatch under its token. Returns the attempt (0: lost).
+    """After a reconcile found nothing: dispatch under its token. Returns the attempt (0: lost;
+    -1: parked, the attempt would be past ``max_attempts``).
 
     A failed round trip is tried again with the same token (a retried dispatch gets its attempt
     back, with a lease from the retry). When every try fails, or the wait for its reply is
     interrupted, the dispatch may have landed with nothing run under it: the heartbeat gives it
     back (a release), rather than leave a dispatched record nobody runs to turn unknown.
     """
-    store, key, lease_ms = call.store, call.key, call.effect.options.lease_ms
+    store, key, options = call.store, call.key, call.effect.options
+    limits = {"max_attempts": options.max_attempts, "retention_ms": options.retention_ms}
     for pause in CLAIM_RETRIES:
         try:
-            attempt: int = yield from _store(call, store.dispatch, key, token, lease_ms=lease_ms)
+            attempt: int = yield from _store(
+                call, store.dispatch, key, token, lease_ms=options.lease_ms, **limits
+            )
             return attempt
         except ClaimNotReplicatedError as exc:
             yield from _give_back(call, exc)

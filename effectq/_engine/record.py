@@ -17,13 +17,15 @@ from .._runtime.repairs import _complete_later, _completion, _log_taken_over, _r
 from ..errors import CompletionNotReplicatedError, EffectqError, StoreError, describe_exception
 from ..events import EventKind
 from ..store.base import ResultState
+from . import failures
 from .calls import Call, _emit
-from .decide import is_crash, may_have_applied
+from .decide import Failure, after_failure, is_crash
 from .ops import Op, PipelineOp, SleepOp, StoreOp
 
 log_complete = logging.getLogger("effectq.complete")
 log_release = logging.getLogger("effectq.release")
 log_unknown = logging.getLogger("effectq.unknown")
+log_fail = logging.getLogger("effectq.fail")
 
 
 COMPLETE_RETRIES = (0.05, 0.2, 0.5)
@@ -50,7 +52,7 @@ def _store_failed(call: Call, fn: Callable[..., Any], started: int, exc: StoreEr
 def _failed(
     call: Call, token: int, attempt: int, lease: Any, started: int, exc: BaseException
 ) -> Generator[Op, Any, None]:
-    """The function raised: record unknown or released (as its exception says), then raise it.
+    """The function raised: record unknown, released or failed (as its exception says), then raise it.
 
     Its callers hand the write to the heartbeat when another exception (a time limit)
     cuts this short: see :func:`_failed_later`.
@@ -61,16 +63,18 @@ def _failed(
     call.run.stats.failed += 1
     if is_crash(exc):
         raise exc
-    maybe = may_have_applied(options, exc)
-    _emit(
-        call,
-        EventKind.UNKNOWN if maybe else EventKind.RELEASED,
-        started,
-        attempt=attempt,
-        error=describe_exception(exc),
-        step="execute",
-    )
-    if maybe:
+    outcome = after_failure(options, exc)
+    _emit(call, _EVENTS[outcome], started, attempt=attempt, error=describe_exception(exc), step="execute")
+    if outcome is Failure.TERMINAL:
+        log_fail.info(
+            "effectq %s raised %s, declared terminal: recorded; later calls raise it again (key %s)",
+            effect.name,
+            type(exc).__name__,
+            key,
+        )
+        kwargs = failures.fail_kwargs(exc, options.retention_ms)
+        yield from _write("fail", call, store.fail, key, token, **kwargs)
+    elif outcome is Failure.UNKNOWN:
         log_unknown.error(
             "effectq %s raised %s, which may mean it applied: recorded as unknown (key %s)",
             effect.name,
@@ -92,6 +96,13 @@ def _failed(
             retention_ms=options.retention_ms,
         )
     raise exc
+
+
+_EVENTS = {
+    Failure.TERMINAL: EventKind.FAILED,
+    Failure.UNKNOWN: EventKind.UNKNOWN,
+    Failure.RELEASE: EventKind.RELEASED,
+}
 
 
 def _record(

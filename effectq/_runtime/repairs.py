@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 from .. import events
 from .._engine.calls import Call, _emit
-from .._engine.decide import is_crash, may_have_applied, reply_unread
+from .._engine.decide import Failure, after_failure, is_crash, reply_unread
+from .._engine.failures import fail_kwargs
 from ..errors import (
     ClaimNotReplicatedError,
     StoreError,
@@ -57,6 +58,7 @@ def _abandon(call: Call) -> Callable[[], None]:
                 claim.token,
                 error="claim reply lost; never run",
                 retention_ms=call.effect.options.retention_ms,
+                ran=False,
             )
 
     return abandon
@@ -67,7 +69,9 @@ def _give_back_later(call: Call, token: int) -> None:
     store, key = call.store, call.key
     retention_ms = call.effect.options.retention_ms
     heartbeat.defer(
-        lambda: store.release(key, token, error="dispatch reply lost; never run", retention_ms=retention_ms),
+        lambda: store.release(
+            key, token, error="dispatch reply lost; never run", retention_ms=retention_ms, ran=False
+        ),
         f"release of the unanswered dispatch of {key}",
         for_seconds=600.0,
         store=store,
@@ -86,9 +90,12 @@ def _failed_later(
     if is_crash(exc) or is_crash(cut):
         return
     effect, store, key = call.effect, call.store, call.key
-    maybe = may_have_applied(effect.options, exc, classifier_fails=True)
+    outcome = after_failure(effect.options, exc, classifier_fails=True)
     error = describe_exception(exc)
-    if maybe:
+    if outcome is Failure.TERMINAL:
+        kwargs = fail_kwargs(exc, effect.options.retention_ms)
+        _write_later("fail", call, store.fail, (key, token), kwargs, cut)
+    elif outcome is Failure.UNKNOWN:
         _write_later("mark_unknown", call, store.mark_unknown, (key, token), {"error": error}, cut)
     else:
         kwargs = {"error": error, "retention_ms": effect.options.retention_ms}
@@ -115,7 +122,8 @@ def _give_back_unrun(
         return
     store, key = call.store, call.key
     if unknown:
-        _write_later("mark_unknown", call, store.mark_unknown, (key, token), {"error": unknown}, exc)
+        kwargs = {"error": unknown, "ran": False}
+        _write_later("mark_unknown", call, store.mark_unknown, (key, token), kwargs, exc)
         return
     log_release.info(
         "effectq %s: %s before it ran; its claim is given back (key %s)",
@@ -126,6 +134,7 @@ def _give_back_unrun(
     kwargs = {
         "error": f"{describe_exception(exc, 200)} before it ran; never run",
         "retention_ms": call.effect.options.retention_ms,
+        "ran": False,
     }
     _write_later("release", call, store.release, (key, token), kwargs, exc)
 

@@ -37,7 +37,7 @@ from ..codec import result_annotation
 from ..context import KeyContext
 from ..effect import Effect, effect
 from ..errors import ConfigurationError, InputMismatchError, StepDivergedError
-from ..options import FROM_ANNOTATION, OnMismatch
+from ..options import FROM_ANNOTATION, MAX_ATTEMPTS_LIMIT, OnMismatch
 
 __all__ = ["Step", "StepDivergedError", "step"]
 
@@ -134,8 +134,14 @@ def _journal(fn: Callable[..., Any], options: dict[str, Any]) -> Step[Any, Any]:
 
 _OPTIONS = frozenset(
     {"name", "key_args", "on_mismatch", "lease", "wait", "retention", "max_result_bytes", "result_type"}
+    | {"max_attempts"}
 )
-_DEFAULTS = {"lease": LEASE, "wait": WAIT, "max_result_bytes": MAX_RESULT_BYTES}
+_DEFAULTS = {
+    "lease": LEASE,
+    "wait": WAIT,
+    "max_result_bytes": MAX_RESULT_BYTES,
+    "max_attempts": MAX_ATTEMPTS_LIMIT,
+}
 """Where a step's defaults differ from an effect's (see the overloads of :func:`step`)."""
 
 
@@ -185,6 +191,7 @@ def step(
     retention: float | timedelta = RETENTION,
     max_result_bytes: int = MAX_RESULT_BYTES,
     result_type: Any = FROM_ANNOTATION,
+    max_attempts: int = MAX_ATTEMPTS_LIMIT,
 ) -> Callable[[Callable[P, R]], Step[P, R]]: ...
 
 
@@ -223,6 +230,9 @@ def step(*args: Any, **kwargs: Any) -> Any:
             cannot be replayed.
         result_type: the type results are journaled and replayed as; defaults to
             the return annotation.
+        max_attempts: runs of one step (an attempt that raised, or whose worker died in
+            it) before it is parked (``AttemptsExhausted``); 10 by default, the most an
+            effect may have: a step journals, it is no side effect to stop at 3.
     """
     if args and isinstance(args[0], str):
         if len(args) < 2 or not callable(args[1]):

@@ -67,6 +67,8 @@ class ToolOptions(TypedDict, total=False):
     retention: float | timedelta
     on_mismatch: OnMismatch | str
     maybe_applied: Iterable[type[BaseException] | str] | Callable[[BaseException], bool]
+    terminal: Iterable[type[BaseException] | str]
+    max_attempts: int
     max_result_bytes: int
     result_type: Any
 

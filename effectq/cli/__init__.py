@@ -1,6 +1,6 @@
 """The ``effectq`` command line, for operators.
 
-    effectq list [--status unknown|in-flight|completed|released|all] [--run RUN_ID] [--name EFFECT]
+    effectq list [--status unknown|in-flight|completed|released|failed|all] [--run RUN_ID] [--name EFFECT]
                  [--older-than 10m]
     effectq show KEY
     effectq resolve KEY --applied [--result JSON] | --not-applied

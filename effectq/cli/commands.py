@@ -59,8 +59,8 @@ def _records(commands: Any, common: argparse.ArgumentParser) -> None:
         action="append",
         type=_status,
         metavar="STATUS",
-        help="unknown, in-flight, completed, released or all "
-        "(repeatable); completed and released scan the namespace",
+        help="unknown, in-flight, completed, released, failed or all "
+        "(repeatable); completed, released and failed scan the namespace",
     )
     listing.add_argument("--run", metavar="RUN_ID", help="only this run's records")
     listing.add_argument("--name", metavar="EFFECT", help="only this effect's records")

@@ -34,6 +34,8 @@ def _detail(record: Record, where: Standing) -> str:
     if record.status is Status.PENDING:
         return f"never ran: holder {record.owner} died while pending"
     text = record.error or (f"holder {record.owner} went silent" if record.owner else "")
+    if where is Standing.FAILED:
+        text = ("terminal: " if record.failure else f"parked after {record.attempt} attempts: ") + text
     return text if len(text) <= 80 else text[:79] + "…"
 
 
@@ -74,6 +76,8 @@ def run_list(session: Session) -> Exit:
     session.say(table(["STATUS", "AGE", "EFFECT", "ATTEMPT", "RUN", "KEY", "DETAIL"], rows))
     if limit is not None and len(entries) == limit:
         session.note(f"(first {limit}; --limit 0 for all)")
+    if any(e.standing is Standing.FAILED for e in entries):
+        session.note("reset one (the next call runs it again): effectq resolve KEY --not-applied")
     if any(e.standing is Standing.UNKNOWN for e in entries):
         session.note(
             "settle one: effectq show KEY, check the remote system, then "
@@ -124,7 +128,11 @@ def run_show(session: Session) -> Exit:
         label = "error" if record.status is Status.RELEASED else "note"
         if where is Standing.UNKNOWN:
             label = "why unknown"
+        if where is Standing.FAILED:
+            label = "last error"
         lines.append((label, record.error))
+    if record.failure:
+        lines.append(("recorded exception", record.failure))
     lines += [
         ("result", result_summary(record)),
         ("created", stamp(record.created_at)),
@@ -140,6 +148,10 @@ def run_show(session: Session) -> Exit:
     if session.args.result and record.result is not None:
         session.say()
         session.say(record.result.decode("utf-8", "replace"))
+    if where is Standing.FAILED:
+        session.say()
+        session.say("Every call raises again without running. To run it again (its attempts start from 0):")
+        session.say(f"  effectq resolve {_quote(record.key)} --not-applied")
     if where is Standing.UNKNOWN:
         session.say()
         session.say(
@@ -163,7 +175,14 @@ def _status_line(record: Record, where: Standing) -> str:
         Standing.IN_FLIGHT: f"in flight ({record.status.value}, lease live)",
         Standing.COMPLETED: "completed: applied; later calls replay the result",
         Standing.RELEASED: "released: not applied; the next call applies it",
+        Standing.FAILED: "failed: " + _failed_detail(record),
     }.get(where, where.value)
+
+
+def _failed_detail(record: Record) -> str:
+    if record.failure:
+        return "a terminal exception, raised again by every call"
+    return f"parked after {record.attempt} attempts; every call raises AttemptsExhausted"
 
 
 def _holder_line(record: Record, where: Standing) -> str:

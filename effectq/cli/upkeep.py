@@ -9,7 +9,7 @@ from .session import CommandError, Exit, Session
 
 __all__ = ["run_purge", "run_stats"]
 
-_ORDER = (Standing.UNKNOWN, Standing.IN_FLIGHT, Standing.COMPLETED, Standing.RELEASED)
+_ORDER = (Standing.UNKNOWN, Standing.IN_FLIGHT, Standing.COMPLETED, Standing.RELEASED, Standing.FAILED)
 
 
 def run_stats(session: Session) -> Exit:

@@ -244,7 +244,7 @@ def purge(
         seconds = older_than.total_seconds() if isinstance(older_than, timedelta) else float(older_than)
         age_ms = max(1, int(seconds * 1000))
     report = PurgeReport(dry_run=dry_run)
-    settled = (Standing.COMPLETED, Standing.RELEASED)
+    settled = (Standing.COMPLETED, Standing.RELEASED, Standing.FAILED)
     for entry in list_records(ops, standings=set(Standing), run_id=run_id, older_than=age_ms / 1000):
         if entry.standing not in settled:
             report.kept[entry.standing] += 1

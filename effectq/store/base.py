@@ -18,6 +18,10 @@ State machine (``docs/protocol.md`` has the timelines)::
             claim(reconcile_first)      dispatch       │ dispatch / complete
     (none) ───────────► PENDING ───────► DISPATCHED ◄──┘
 
+    DISPATCHED ── fail ──► FAILED        a terminal exception, replayed by every later claim
+    RELEASED / UNKNOWN ── claim ──► FAILED, PENDING / UNKNOWN ── dispatch ──► FAILED
+                                         past max_attempts: parked instead of executed
+
 Every transition but ``claim`` compares the fencing token the claim handed out,
 so a holder whose claim was taken over cannot write.
 """
@@ -57,6 +61,10 @@ class Status(enum.StrEnum):
     """The function raised an exception that means "not applied"; the next call may apply it."""
     UNKNOWN = "unknown"
     """Maybe applied: never expires, never replayed silently."""
+    FAILED = "failed"
+    """Not applied, and not to be tried again until the retention ends or an operator resolves
+    it: the function raised an exception declared terminal (``Record.failure`` holds it), or the
+    key was parked because its attempts ran out (``max_attempts``)."""
 
 
 class ClaimKind(enum.Enum):
@@ -72,6 +80,9 @@ class ClaimKind(enum.Enum):
     """Maybe applied, and this caller may neither reconcile nor replay."""
     RECONCILE = "reconcile"
     """The caller holds a lease to ask the remote system (status PENDING or UNKNOWN)."""
+    FAILED = "failed"
+    """Failed: a recorded terminal exception (``Claim.failure``) to raise again, or, without
+    one, a key parked after ``max_attempts``; nothing is to run."""
 
 
 class ResultState(enum.StrEnum):
@@ -108,6 +119,8 @@ class ClaimRequest:
         retention_ms: how long a PENDING or RELEASED record is kept.
         prefetch: on a completed record, also return ``Claim.prefetch_hint`` (what
             the store needs to fetch the run's other completed records at once).
+        max_attempts: a grant that would start execution number ``max_attempts + 1``
+            parks the record as FAILED instead (0: no cap).
     """
 
     lease_ms: int
@@ -120,6 +133,7 @@ class ClaimRequest:
     reconcile_first: bool = False
     retention_ms: int = 7 * 24 * 3600 * 1000
     prefetch: bool = False
+    max_attempts: int = 0
 
 
 @dataclass(slots=True)
@@ -143,6 +157,8 @@ class Claim:
         owner: the holder (IN_FLIGHT) or last holder (UNKNOWN).
         prefetch_hint: for COMPLETED with ``ClaimRequest.prefetch``: opaque, for
             ``prefetch(run_id, hint)`` (``None`` when the store has nothing to offer).
+        failure: for FAILED, the recorded terminal exception (JSON, as the engine gave it to
+            :meth:`Store.fail`); ``""`` when the key was parked after ``max_attempts``.
     """
 
     kind: ClaimKind
@@ -156,6 +172,7 @@ class Claim:
     error: str = ""
     owner: str = ""
     prefetch_hint: Any = None
+    failure: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,6 +183,8 @@ class Record:
     record became unknown (for one whose holder died, when its lease ran out).
     ``ref`` is where the store keeps it (the Redis key): a completed record may
     keep only a shortened ``key``, so operator primitives address records by it.
+    ``failure`` is a FAILED record's recorded terminal exception (JSON; ``""`` when
+    the key was parked after ``max_attempts``).
     """
 
     key: str
@@ -185,6 +204,7 @@ class Record:
     expires_at: datetime | None = None
     unknown_since: datetime | None = None
     ref: str = ""
+    failure: str = ""
 
     @property
     def lease_live(self) -> bool:
@@ -247,16 +267,28 @@ class Store(Protocol):
         """Record the effect as applied. False: the token no longer holds the record."""
         ...
 
-    def release(self, key: str, token: int, *, error: str, retention_ms: int) -> bool:
-        """Record "not applied" (PENDING/DISPATCHED → RELEASED), or give back a reconcile lease."""
+    def release(self, key: str, token: int, *, error: str, retention_ms: int, ran: bool = True) -> bool:
+        """Record "not applied" (PENDING/DISPATCHED → RELEASED), or give back a reconcile lease.
+        ``ran=False``: nothing ran under the grant (it is given back), so a DISPATCHED record's
+        attempts go back down by one: only executions count."""
         ...
 
-    def mark_unknown(self, key: str, token: int, *, error: str) -> bool:
-        """Record "maybe applied" (DISPATCHED → UNKNOWN)."""
+    def mark_unknown(self, key: str, token: int, *, error: str, ran: bool = True) -> bool:
+        """Record "maybe applied" (DISPATCHED → UNKNOWN); ``ran=False`` as for :meth:`release`
+        (a re-dispatched unknown given back before it ran)."""
         ...
 
-    def dispatch(self, key: str, token: int, *, lease_ms: int) -> int:
-        """PENDING/UNKNOWN held by ``token`` → DISPATCHED. Returns the attempt, 0 when lost."""
+    def fail(self, key: str, token: int, *, error: str, failure: str, retention_ms: int) -> bool:
+        """Record a terminal exception (DISPATCHED → FAILED, kept for ``retention_ms``):
+        every later claim replies FAILED with ``failure``. False: lost."""
+        ...
+
+    def dispatch(
+        self, key: str, token: int, *, lease_ms: int, max_attempts: int = 0, retention_ms: int = 0
+    ) -> int:
+        """PENDING/UNKNOWN held by ``token`` → DISPATCHED. Returns the attempt, 0 when lost,
+        -1 when the attempt would be past ``max_attempts`` (0: no cap): then the record is
+        parked as FAILED (kept for ``retention_ms``) instead."""
         ...
 
     def renew(self, key: str, token: int, *, lease_ms: int) -> bool:

@@ -10,23 +10,17 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 
 from ..errors import ResolveRefusedError
 from ..keys import check_namespace
 from .base import Claim, ClaimKind, ClaimRequest, Record, ResultState, Status, Store, Unsubscribe
-from .operators import Standing, Summary, since, standing
+from .memory_admin import MemoryOperations
 
 __all__ = ["MemoryStore"]
 
 LEASE_EXPIRED = "lease expired while dispatched (holder {owner})"
-_EPOCH = datetime.fromtimestamp(0, UTC)
-
-
-def _dt(ms: int | None) -> datetime | None:
-    return None if not ms else datetime.fromtimestamp(ms / 1000, UTC)
 
 
 @dataclass(slots=True)
@@ -46,13 +40,14 @@ class _Row:
     error: str = ""
     expires: int = 0  # ms; 0 = kept until changed
     unknown_since: int = 0  # ms; when it became UNKNOWN
+    failure: str = ""  # a FAILED row's recorded terminal exception ("" when parked)
     reconciler: tuple[str, str, str] | None = None
     """Name, run id and input hash of the holder of a reconcile lease on an UNKNOWN: the row
     keeps the recorded attempt's (what the reconcile asks about) until dispatch runs the holder."""
     watchers: list[Callable[[], None]] = field(default_factory=list)
 
 
-class MemoryStore(Store):
+class MemoryStore(MemoryOperations, Store):
     """A store in this process's memory.
 
     Args:
@@ -114,6 +109,8 @@ class MemoryStore(Store):
             status = row.status
             if status is Status.COMPLETED:
                 return self._completed(row, hint=True if request.prefetch else None)
+            if status is Status.FAILED:
+                return self._failed(row)
             if status is Status.RELEASED:
                 return self._reclaim(row, request, now)
             if row.owner == request.owner and row.lease_until:
@@ -144,6 +141,8 @@ class MemoryStore(Store):
                 row.updated = now
                 return self._granted(row)
             if request.replay_safe:
+                if _exhausted(row, request.max_attempts):
+                    return self._park(row, now, request.retention_ms)
                 row.token += 1
                 row.attempt += 1
                 row.status = Status.DISPATCHED
@@ -163,6 +162,8 @@ class MemoryStore(Store):
             )
 
     def _reclaim(self, row: _Row, request: ClaimRequest, now: int) -> Claim:
+        if not request.reconcile_first and _exhausted(row, request.max_attempts):
+            return self._park(row, now, request.retention_ms)
         row.token += 1
         row.status = Status.PENDING if request.reconcile_first else Status.DISPATCHED
         if row.status is Status.DISPATCHED:
@@ -177,6 +178,29 @@ class MemoryStore(Store):
         row.expires = now + request.retention_ms if request.reconcile_first else 0
         row.updated = now
         return self._granted(row)
+
+    def _park(self, row: _Row, now: int, retention_ms: int) -> Claim:
+        """Attempts exhausted: taken over (the token bumped) and kept as FAILED, its last error kept."""
+        row.token += 1
+        row.status = Status.FAILED
+        row.lease_until = 0
+        row.owner = ""
+        row.failure = ""
+        row.reconciler = None
+        row.updated = now
+        row.expires = now + retention_ms
+        return self._failed(row)
+
+    @staticmethod
+    def _failed(row: _Row) -> Claim:
+        return Claim(
+            ClaimKind.FAILED,
+            token=row.token,
+            attempt=row.attempt,
+            status=Status.FAILED,
+            error=row.error,
+            failure=row.failure,
+        )
 
     @staticmethod
     def _completed(row: _Row, hint: object = None) -> Claim:
@@ -232,7 +256,7 @@ class MemoryStore(Store):
                 return False
             if row.status is Status.COMPLETED:
                 return True
-            if row.status is Status.RELEASED:
+            if row.status in (Status.RELEASED, Status.FAILED):
                 return False
             row.status = Status.COMPLETED
             row.result = result if result_state is ResultState.STORED else None
@@ -245,13 +269,15 @@ class MemoryStore(Store):
             self._notify(row)
             return True
 
-    def release(self, key: str, token: int, *, error: str, retention_ms: int) -> bool:
+    def release(self, key: str, token: int, *, error: str, retention_ms: int, ran: bool = True) -> bool:
         with self._lock:
             now = self._clock()
             row = self._row(key, now)
             if row is None or row.token != token:
                 return False
             if row.status in (Status.PENDING, Status.DISPATCHED):
+                if row.status is Status.DISPATCHED and not ran:
+                    row.attempt = max(0, row.attempt - 1)  # given back: only executions count
                 row.status = Status.RELEASED
                 row.error = error
                 row.expires = now + retention_ms
@@ -263,7 +289,7 @@ class MemoryStore(Store):
             self._notify(row)
             return True
 
-    def mark_unknown(self, key: str, token: int, *, error: str) -> bool:
+    def mark_unknown(self, key: str, token: int, *, error: str, ran: bool = True) -> bool:
         with self._lock:
             now = self._clock()
             row = self._row(key, now)
@@ -273,6 +299,8 @@ class MemoryStore(Store):
                 return True
             if row.status is not Status.DISPATCHED:
                 return False
+            if not ran:
+                row.attempt = max(0, row.attempt - 1)  # given back: only executions count
             row.status = Status.UNKNOWN
             row.error = error
             row.unknown_since = now
@@ -282,7 +310,29 @@ class MemoryStore(Store):
             self._notify(row)
             return True
 
-    def dispatch(self, key: str, token: int, *, lease_ms: int) -> int:
+    def fail(self, key: str, token: int, *, error: str, failure: str, retention_ms: int) -> bool:
+        with self._lock:
+            now = self._clock()
+            row = self._row(key, now)
+            if row is None or row.token != token:
+                return False
+            if row.status is Status.FAILED:
+                return True
+            if row.status is not Status.DISPATCHED:
+                return False
+            row.status = Status.FAILED
+            row.error = error
+            row.failure = failure
+            row.lease_until = 0
+            row.owner = ""
+            row.updated = now
+            row.expires = now + retention_ms
+            self._notify(row)
+            return True
+
+    def dispatch(
+        self, key: str, token: int, *, lease_ms: int, max_attempts: int = 0, retention_ms: int = 0
+    ) -> int:
         with self._lock:
             now = self._clock()
             row = self._row(key, now)
@@ -296,6 +346,9 @@ class MemoryStore(Store):
                 return 0
             if row.status is Status.UNKNOWN and not row.lease_until:
                 return 0  # the holder that left it unknown may not re-dispatch it
+            if _exhausted(row, max_attempts):
+                self._park(row, now, retention_ms)
+                return -1
             if row.status is Status.UNKNOWN and row.reconciler is not None:
                 row.name, row.run_id, row.input_hash = row.reconciler  # the attempt that executes
                 row.reconciler = None
@@ -335,7 +388,7 @@ class MemoryStore(Store):
             row = self._row(key, now)
             if row is None:
                 raise ResolveRefusedError(key, None)
-            doubtful = row.status is Status.UNKNOWN or (
+            doubtful = row.status in (Status.UNKNOWN, Status.FAILED) or (
                 row.status is Status.DISPATCHED and row.lease_until <= now
             )
             if not doubtful:
@@ -353,12 +406,15 @@ class MemoryStore(Store):
             row.updated = now
             row.expires = now + retention_ms
             row.error = note
+            row.failure = ""
+            row.reconciler = None
             if applied:
                 row.status = Status.COMPLETED
                 row.result = kept
                 row.result_state = result_state
             else:
                 row.status = Status.RELEASED
+                row.attempt = 0  # the operator's verdict starts the count again
             self._notify(row)
             return self._record(key, row)
 
@@ -394,81 +450,10 @@ class MemoryStore(Store):
                 and row.run_id == run_id
             }
 
-    # -- operators -------------------------------------------------------------------------
 
-    def records(self) -> Iterator[Record]:
-        """Every live record (a snapshot)."""
-        with self._lock:
-            now = self._clock()
-            rows = [(k, self._row(k, now)) for k in list(self._rows)]
-            snapshot = [self._record(k, r) for k, r in rows if r is not None]
-        yield from snapshot
-
-    scan = records
-
-    def clock(self) -> datetime:
-        return datetime.fromtimestamp(self._clock() / 1000, UTC)
-
-    def _standing(self, where: Standing) -> list[Record]:
-        now = self.clock()
-        return [record for record in self.records() if standing(record, now) is where]
-
-    def in_doubt(self, *, limit: int | None = None) -> Iterator[Record]:
-        found = sorted(self._standing(Standing.UNKNOWN), key=lambda r: since(r, Standing.UNKNOWN) or _EPOCH)
-        yield from found[:limit]
-
-    def in_flight(self, *, limit: int | None = None) -> Iterator[Record]:
-        found = sorted(self._standing(Standing.IN_FLIGHT), key=lambda r: r.lease_expires_at or _EPOCH)
-        yield from found[:limit]
-
-    def summary(self) -> Summary:
-        doubt = list(self.in_doubt())
-        return Summary(
-            in_doubt=len(doubt),
-            oldest_in_doubt=since(doubt[0], Standing.UNKNOWN) if doubt else None,
-            in_flight=len(self._standing(Standing.IN_FLIGHT)),
-        )
-
-    def purge(self, record: Record, *, run_id: str = "", older_than_ms: int = 0) -> bool:
-        key = record.ref or record.key
-        with self._lock:
-            now = self._clock()
-            row = self._row(key, now)
-            if row is None:
-                return False
-            settled = row.status in (Status.COMPLETED, Status.RELEASED) or (
-                row.status is Status.PENDING and row.lease_until <= now
-            )
-            if not settled or (run_id and row.run_id != run_id):
-                return False
-            if older_than_ms and row.updated > now - older_than_ms:
-                return False
-            del self._rows[key]
-            return True
-
-    def prune_indexes(self) -> int:
-        return 0  # no indexes: the rows are the only truth
-
-    def _record(self, key: str, row: _Row) -> Record:
-        return Record(
-            key=key,
-            status=row.status,
-            token=row.token,
-            attempt=row.attempt,
-            name=row.name,
-            run_id=row.run_id,
-            owner=row.owner,
-            lease_expires_at=_dt(row.lease_until),
-            created_at=_dt(row.created),
-            updated_at=_dt(row.updated),
-            error=row.error,
-            result=row.result,
-            result_state=row.result_state,
-            input_hash=row.input_hash,
-            expires_at=_dt(row.expires),
-            unknown_since=_dt(row.unknown_since) if row.status is Status.UNKNOWN else None,
-            ref=key,
-        )
+def _exhausted(row: _Row, max_attempts: int) -> bool:
+    """Whether another execution would be past ``max_attempts`` (0: no cap)."""
+    return 0 < max_attempts <= row.attempt
 
 
 def _refusal(status: Status) -> str:

@@ -36,6 +36,9 @@ class Standing(enum.StrEnum):
     """Applied; replayed until its retention runs out."""
     RELEASED = "released"
     """Not applied (RELEASED, or PENDING whose holder died before running it): the next call applies it."""
+    FAILED = "failed"
+    """Not applied and not tried again: a recorded terminal exception, or a key parked after
+    ``max_attempts``. Every call raises until ``effectq resolve KEY --not-applied`` or the retention."""
 
 
 def standing(record: Record, now: datetime) -> Standing:
@@ -47,6 +50,8 @@ def standing(record: Record, now: datetime) -> Standing:
         return Standing.RELEASED
     if status is Status.UNKNOWN:
         return Standing.UNKNOWN
+    if status is Status.FAILED:
+        return Standing.FAILED
     live = record.lease_expires_at is not None and record.lease_expires_at > now
     if live:
         return Standing.IN_FLIGHT

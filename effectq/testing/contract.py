@@ -23,6 +23,7 @@ import pytest
 
 from ..errors import ResolveRefusedError
 from ..store.base import Claim, ClaimKind, ClaimRequest, ResultState, Status, Store
+from .failed_contract import FailedContract
 
 __all__ = ["StoreContract"]
 
@@ -50,8 +51,9 @@ def _expire() -> None:
     time.sleep(SHORT_MS / 1000 * 2.5)
 
 
-class StoreContract:
-    """Tests every store must pass. Subclasses provide ``store_factory(namespace) -> Store``."""
+class StoreContract(FailedContract):
+    """Tests every store must pass. Subclasses provide ``store_factory(namespace) -> Store``.
+    The tests on failed records (``fail``, the attempts cap) are :class:`FailedContract`'s."""
 
     @pytest.fixture
     def store(self, store_factory: Callable[[str], Store]) -> Store:

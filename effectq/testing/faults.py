@@ -165,14 +165,17 @@ class FaultyStore(Store):
         self._strike(Point.COMPLETION_LOST, key, name)
         return done
 
-    def release(self, key: str, token: int, *, error: str, retention_ms: int) -> bool:
-        return self.inner.release(key, token, error=error, retention_ms=retention_ms)
+    def release(self, key: str, token: int, *, error: str, retention_ms: int, ran: bool = True) -> bool:
+        return self.inner.release(key, token, error=error, retention_ms=retention_ms, ran=ran)
 
-    def mark_unknown(self, key: str, token: int, *, error: str) -> bool:
-        return self.inner.mark_unknown(key, token, error=error)
+    def mark_unknown(self, key: str, token: int, *, error: str, ran: bool = True) -> bool:
+        return self.inner.mark_unknown(key, token, error=error, ran=ran)
 
-    def dispatch(self, key: str, token: int, *, lease_ms: int) -> int:
-        return self.inner.dispatch(key, token, lease_ms=lease_ms)
+    def fail(self, key: str, token: int, *, error: str, failure: str, retention_ms: int) -> bool:
+        return self.inner.fail(key, token, error=error, failure=failure, retention_ms=retention_ms)
+
+    def dispatch(self, key: str, token: int, *, lease_ms: int, **limits: int) -> int:
+        return self.inner.dispatch(key, token, lease_ms=lease_ms, **limits)
 
     def renew(self, key: str, token: int, *, lease_ms: int) -> bool:
         return self.inner.renew(key, token, lease_ms=lease_ms)

@@ -166,6 +166,23 @@ def exit_pending(url: str, namespace: str, server_pid: str) -> None:
     say(json.dumps({"key": keys[0]}))
 
 
+def poison(url: str, namespace: str, run_id: str, lease: str) -> None:
+    """Call a replay-safe effect that never returns (the test SIGKILLs us inside it, as an OOM
+    killer would); print ``inside <attempt>``, or ``parked <attempts>`` once the key is parked."""
+    store = effectq.RedisStore.from_url(url, namespace=namespace)
+
+    @effectq.effect(name="poison.apply", lease=float(lease), wait=30, replay_safe=True)
+    def act() -> None:
+        say(f"inside {effectq.current_effect().attempt}")
+        time.sleep(120)
+
+    with effectq.run(run_id, store=store):
+        try:
+            act()
+        except effectq.AttemptsExhausted as exc:
+            say(f"parked {exc.attempts}")
+
+
 SCENARIOS = {
     "race": race,
     "crash": crash,
@@ -173,6 +190,7 @@ SCENARIOS = {
     "zombie": zombie,
     "taker": taker,
     "exit_pending": exit_pending,
+    "poison": poison,
 }
 
 if __name__ == "__main__":

@@ -273,7 +273,7 @@ def test_resolve_race_has_exactly_one_winner(redis_url: str, namespace: str, see
 def test_stats(cli: Cli, seeded: Seeded) -> None:
     """Counts by status and effect, and the age of the oldest unknown."""
     data = cli("stats", "--json").json()
-    assert data["counts"] == {"unknown": 2, "in-flight": 2, "completed": 1, "released": 2}
+    assert data["counts"] == {"unknown": 2, "in-flight": 2, "completed": 1, "released": 2, "failed": 0}
     assert data["by_effect"]["seed.effect"]["unknown"] == 2
     assert data["oldest_unknown_age_seconds"] > 0
     quick = cli("stats", "--no-scan", "--json").json()

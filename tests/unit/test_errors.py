@@ -61,6 +61,18 @@ SAMPLES: list[errors.EffectqError] = [
     errors.ResultDecodeError(KEY, name="payments.charge", detail="field id missing"),
     errors.ReconcileError(KEY, name="payments.charge"),
     errors.ReentrantEffectError(KEY, name="payments.charge"),
+    errors.AttemptsExhausted(
+        KEY, name="payments.charge", attempts=3, last_error="builtins.MemoryError", namespace="shop"
+    ),
+    errors.RecordedFailure(
+        KEY,
+        name="payments.charge",
+        type_name="shop.errors.CardDeclined",
+        message="card declined: insufficient funds",
+        args_json='["card declined: insufficient funds"]',
+        detail="its type does not import here",
+        namespace="shop",
+    ),
     errors.ResolveRefusedError(KEY, "completed", "already completed"),
     errors.ConfigurationError("lease must be positive"),
     effectq.steps.StepDivergedError(

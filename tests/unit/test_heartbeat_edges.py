@@ -34,15 +34,15 @@ class _Flaky(FaultyStore):
         self.down = False
         self.faults.clear()
 
-    def release(self, key: str, token: int, *, error: str, retention_ms: int) -> bool:
+    def release(self, key: str, token: int, *, error: str, retention_ms: int, ran: bool = True) -> bool:
         if self.down:
             raise StoreError(f"injected store failure on release of {key!r}")
-        return super().release(key, token, error=error, retention_ms=retention_ms)
+        return super().release(key, token, error=error, retention_ms=retention_ms, ran=ran)
 
-    def mark_unknown(self, key: str, token: int, *, error: str) -> bool:
+    def mark_unknown(self, key: str, token: int, *, error: str, ran: bool = True) -> bool:
         if self.down:
             raise StoreError(f"injected store failure on mark_unknown of {key!r}")
-        return super().mark_unknown(key, token, error=error)
+        return super().mark_unknown(key, token, error=error, ran=ran)
 
 
 @pytest.fixture

@@ -39,6 +39,7 @@ def test_a_call_asks_the_store_what_its_options_say() -> None:
             reconcile_first=False,
             retention_ms=5000,
             prefetch=True,
+            max_attempts=3,
         )
         bound.prefetch_tried = True
         second = keyed._prepare((2,), {})
@@ -53,6 +54,7 @@ def test_a_call_asks_the_store_what_its_options_say() -> None:
             reconcile_first=True,
             retention_ms=11000,
             prefetch=False,
+            max_attempts=3,
         )
         flags = {
             name: (c.request.can_reconcile, c.request.replay_safe, c.request.reconcile_first)

@@ -1,9 +1,10 @@
 """Every store agrees with one reference model of the state machine (hypothesis, stateful).
 
 The model is the protocol written as plainly as possible; hypothesis drives a
-store and the model with the same random operations (claims with every flag,
-completes, releases, unknowns, dispatches, renewals and resolves, with live,
-short and stale tokens) and checks every reply and the record after each step.
+store and the model with the same random operations (claims with every flag and an attempts
+cap or none, completes, releases, unknowns, terminal failures, dispatches, renewals and
+resolves, with live, short and stale tokens) and checks every reply and the record after each
+step.
 Short leases (1 ms) are followed by a pause, so they have run out by the next
 step, whatever the store's clock.
 """
@@ -85,6 +86,7 @@ class StoreMachine(RuleBasedStateMachine):
         replay_safe=st.booleans(),
         reconcile_first=st.booleans(),
         input_hash=st.sampled_from(["", "h1", "h2"]),
+        cap=st.sampled_from([0, 1, 2]),
     )
     def claim(
         self,
@@ -94,6 +96,7 @@ class StoreMachine(RuleBasedStateMachine):
         replay_safe: bool,
         reconcile_first: bool,
         input_hash: str,
+        cap: int,
     ) -> None:
         reconcile_first = reconcile_first and can_reconcile
         request = ClaimRequest(
@@ -106,12 +109,20 @@ class StoreMachine(RuleBasedStateMachine):
             replay_safe=replay_safe,
             reconcile_first=reconcile_first,
             retention_ms=LONG,
+            max_attempts=cap,
         )
         got = self.store.claim(KEY, request)
         m = self.model
         expected_kind: ClaimKind
 
+        def park() -> ClaimKind:  # the execution would be past the cap
+            m.token += 1
+            m.status, m.lease, m.owner = Status.FAILED, "none", ""
+            return ClaimKind.FAILED
+
         def grant(fresh: bool) -> ClaimKind:
+            if not fresh and not reconcile_first and 0 < cap <= m.attempt:
+                return park()
             if fresh:
                 assert got.token > 0
                 m.token = got.token
@@ -135,6 +146,8 @@ class StoreMachine(RuleBasedStateMachine):
             assert got.input_hash == m.input_hash
         elif m.status is Status.RELEASED:
             expected_kind = grant(fresh=False)
+        elif m.status is Status.FAILED:
+            expected_kind = ClaimKind.FAILED
         elif m.lease != "none" and m.owner == owner:  # a retried claim: its grant, a lease from now
             m.lease = lease_after(lease_ms)
             expected_kind = ClaimKind.CLAIMED if m.status is Status.DISPATCHED else ClaimKind.RECONCILE
@@ -155,6 +168,8 @@ class StoreMachine(RuleBasedStateMachine):
                 m.lease, m.owner, m.reconciler_hash = lease_after(lease_ms), owner, input_hash
                 expected_kind = ClaimKind.RECONCILE
                 assert got.input_hash == m.input_hash, (got, m)
+            elif replay_safe and 0 < cap <= m.attempt:
+                expected_kind = park()
             elif replay_safe:  # the re-run executes: it owns the record
                 m.token += 1
                 m.attempt += 1
@@ -188,39 +203,65 @@ class StoreMachine(RuleBasedStateMachine):
                 m.result, m.result_state = payload, state
         assert ok is expect, (which, m)
 
-    @rule(which=st.sampled_from(["current", "stale"]))
-    def release(self, which: str) -> None:
+    @rule(which=st.sampled_from(["current", "stale"]), ran=st.booleans())
+    def release(self, which: str, ran: bool) -> None:
         m = self.model
-        ok = self.store.release(KEY, self._token(which), error="ValueError", retention_ms=LONG)
+        ok = self.store.release(KEY, self._token(which), error="ValueError", retention_ms=LONG, ran=ran)
         expect = False
         if m.status is not None and which == "current":
             if m.status in (Status.PENDING, Status.DISPATCHED):
+                if m.status is Status.DISPATCHED and not ran:
+                    m.attempt = max(0, m.attempt - 1)
                 m.status, m.lease, m.owner, expect = Status.RELEASED, "none", "", True
                 m.released_by = "release"
             elif m.status is Status.UNKNOWN:
                 m.lease, m.owner, expect = "none", "", True
         assert ok is expect, (which, m)
 
-    @rule(which=st.sampled_from(["current", "stale"]))
-    def mark_unknown(self, which: str) -> None:
+    @rule(which=st.sampled_from(["current", "stale"]), ran=st.booleans())
+    def mark_unknown(self, which: str, ran: bool) -> None:
         m = self.model
-        ok = self.store.mark_unknown(KEY, self._token(which), error="TimeoutError")
+        ok = self.store.mark_unknown(KEY, self._token(which), error="TimeoutError", ran=ran)
         expect = False
         if m.status is not None and which == "current":
             if m.status is Status.UNKNOWN:
                 expect = True
             elif m.status is Status.DISPATCHED:
+                m.attempt = m.attempt if ran else max(0, m.attempt - 1)
                 m.status, m.lease, expect = Status.UNKNOWN, "none", True
         assert ok is expect, (which, m)
 
-    @rule(which=st.sampled_from(["current", "stale"]), lease_ms=st.sampled_from([LONG, SHORT]))
-    def dispatch(self, which: str, lease_ms: int) -> None:
+    @rule(which=st.sampled_from(["current", "stale"]))
+    def fail(self, which: str) -> None:
         m = self.model
-        attempt = self.store.dispatch(KEY, self._token(which), lease_ms=lease_ms)
+        ok = self.store.fail(KEY, self._token(which), error="Declined", failure="{}", retention_ms=LONG)
+        expect = False
+        if m.status is not None and which == "current":
+            if m.status is Status.FAILED:  # failed already under this token: a retried fail
+                expect = True
+            elif m.status is Status.DISPATCHED:
+                m.status, m.lease, m.owner, expect = Status.FAILED, "none", "", True
+        assert ok is expect, (which, m)
+
+    @rule(
+        which=st.sampled_from(["current", "stale"]),
+        lease_ms=st.sampled_from([LONG, SHORT]),
+        cap=st.sampled_from([0, 1, 2]),
+    )
+    def dispatch(self, which: str, lease_ms: int, cap: int) -> None:
+        m = self.model
+        attempt = self.store.dispatch(
+            KEY, self._token(which), lease_ms=lease_ms, max_attempts=cap, retention_ms=LONG
+        )
         expect = 0
         if m.status is not None and which == "current":
             if m.status is Status.DISPATCHED:  # a retried dispatch: the same attempt, a lease from now
                 expect, m.lease = m.attempt, lease_after(lease_ms)
+            elif (m.status is Status.PENDING or (m.status is Status.UNKNOWN and m.lease != "none")) and (
+                0 < cap <= m.attempt
+            ):  # parked: the execution would be past the cap
+                m.token += 1
+                m.status, m.lease, m.owner, expect = Status.FAILED, "none", "", -1
             elif m.status is Status.PENDING or (m.status is Status.UNKNOWN and m.lease != "none"):
                 if m.status is Status.UNKNOWN:  # the reconciler executes: it owns the record
                     m.input_hash = m.reconciler_hash
@@ -246,7 +287,9 @@ class StoreMachine(RuleBasedStateMachine):
     @rule(applied=st.booleans())
     def resolve(self, applied: bool) -> None:
         m = self.model
-        doubtful = m.status is Status.UNKNOWN or (m.status is Status.DISPATCHED and m.lease != "live")
+        doubtful = m.status in (Status.UNKNOWN, Status.FAILED) or (
+            m.status is Status.DISPATCHED and m.lease != "live"
+        )
         if applied:  # as a resolve like this one left it (no effect's result is b"op")
             settled = m.status is Status.COMPLETED and m.result == b"op"
         else:
@@ -265,6 +308,7 @@ class StoreMachine(RuleBasedStateMachine):
                 m.status, m.result, m.result_state = Status.COMPLETED, b"op", ResultState.STORED
             else:
                 m.status, m.released_by = Status.RELEASED, "resolve"
+                m.attempt = 0  # the operator's verdict starts the count again
         assert record.status is m.status
 
     @invariant()

@@ -6,6 +6,7 @@ reply code or a record effectq did not write is an error, never a guess.
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -15,6 +16,8 @@ from ..base import Claim, ClaimKind, Record, ResultState, Status
 
 __all__ = [
     "STATUS",
+    "DispatchReply",
+    "Reply",
     "completed_claim",
     "decode_claim",
     "decode_hash",
@@ -25,19 +28,42 @@ __all__ = [
     "when",
 ]
 
-CODES = {
-    1: ClaimKind.CLAIMED,
-    2: ClaimKind.COMPLETED,
-    3: ClaimKind.IN_FLIGHT,
-    4: ClaimKind.UNKNOWN,
-    5: ClaimKind.RECONCILE,
+
+class Reply(enum.IntEnum):
+    """claim.lua's reply codes (the first element of a reply that is not a packed record)."""
+
+    CLAIMED = 1
+    COMPLETED = 2
+    IN_FLIGHT = 3
+    UNKNOWN = 4
+    RECONCILE = 5
+    FAILED = 6
+    CORRUPT = -1
+
+
+class DispatchReply(enum.IntEnum):
+    """dispatch.lua's replies that are not an attempt number (>= 1)."""
+
+    LOST = 0
+    PARKED = -1
+
+
+CODES: dict[int, ClaimKind] = {
+    Reply.CLAIMED: ClaimKind.CLAIMED,
+    Reply.COMPLETED: ClaimKind.COMPLETED,
+    Reply.IN_FLIGHT: ClaimKind.IN_FLIGHT,
+    Reply.UNKNOWN: ClaimKind.UNKNOWN,
+    Reply.RECONCILE: ClaimKind.RECONCILE,
+    Reply.FAILED: ClaimKind.FAILED,
 }
+_GRANTED = (int(Reply.CLAIMED), int(Reply.RECONCILE))  # plain ints: every first run compares
 STATUS = {
     b"p": Status.PENDING,
     b"d": Status.DISPATCHED,
     b"c": Status.COMPLETED,
     b"r": Status.RELEASED,
     b"u": Status.UNKNOWN,
+    b"f": Status.FAILED,
 }
 RESULT_STATES = {state.value.encode(): state for state in ResultState}
 
@@ -76,7 +102,7 @@ def decode_claim(key: str, reply: Any) -> Claim:
             hint = reply[1] if len(reply) > 1 else None
             return completed_claim(key, code, hint if isinstance(hint, bytes) else None)
         code = int(code)
-        if code in (1, 5):  # positional, in Claim's field order: every first run reads one
+        if code in _GRANTED:  # positional, in Claim's field order: every first run reads one
             return Claim(
                 CODES[code],  # kind
                 int(reply[1]),  # token
@@ -88,7 +114,7 @@ def decode_claim(key: str, reply: Any) -> Claim:
                 "" if code == 1 or len(reply) < 6 else text(reply[5]),  # input_hash: a reconcile's
                 text(reply[4]),  # error
             )
-        if code == 3:
+        if code == Reply.IN_FLIGHT:
             return Claim(
                 ClaimKind.IN_FLIGHT,
                 token=int(reply[1]),
@@ -97,7 +123,7 @@ def decode_claim(key: str, reply: Any) -> Claim:
                 lease_ms=int(reply[4]),
                 owner=text(reply[5]),
             )
-        if code == 4:
+        if code == Reply.UNKNOWN:
             return Claim(
                 ClaimKind.UNKNOWN,
                 token=int(reply[1]),
@@ -107,9 +133,18 @@ def decode_claim(key: str, reply: Any) -> Claim:
                 owner=text(reply[4]),
                 input_hash=text(reply[5]),
             )
+        if code == Reply.FAILED:
+            return Claim(
+                ClaimKind.FAILED,
+                token=int(reply[1]),
+                attempt=int(reply[2]),
+                status=Status.FAILED,
+                error=text(reply[3]),
+                failure=text(reply[4]),
+            )
     except (TypeError, ValueError, IndexError, KeyError) as exc:
         raise StoreError(f"effectq claim got an unexpected reply for key {key!r}: {reply!r}") from exc
-    what = text(reply[1]) if code == -1 and len(reply) > 1 else f"reply code {code}"
+    what = text(reply[1]) if code == Reply.CORRUPT and len(reply) > 1 else f"reply code {code}"
     if what.startswith("status "):
         raise CorruptRecordError(key, f"status {what[7:]!r}")
     raise CorruptRecordError(key, f"the Redis key holds another type ({what})")
@@ -187,6 +222,7 @@ def decode_hash(key: str, fields: dict[bytes, bytes], pttl: int) -> Record:
         error=text(fields.get(b"e")),
         input_hash=text(input_hash),
         expires_at=_expiry(pttl),
+        failure=text(fields.get(b"z")),
     )
 
 

@@ -22,10 +22,21 @@ if TYPE_CHECKING:
 
 __all__ = ["RETRY_SAFE", "SCRIPTS", "ScriptCalls", "lua"]
 
-SCRIPTS = ("claim", "complete", "release", "mark_unknown", "dispatch", "renew", "resolve", "read", "purge")
-RETRY_SAFE = frozenset({"claim", "complete", "dispatch", "renew", "resolve", "read"})
+SCRIPTS = (
+    "claim",
+    "complete",
+    "release",
+    "mark_unknown",
+    "fail",
+    "dispatch",
+    "renew",
+    "resolve",
+    "read",
+    "purge",
+)
+RETRY_SAFE = frozenset({"claim", "complete", "fail", "dispatch", "renew", "resolve", "read"})
 """Scripts that may run twice: a retried claim of the same owner gets its grant back, a
-completion, dispatch or renewal of the same token is idempotent, a resolve finding the record
+completion, failure, dispatch or renewal of the same token is idempotent, a resolve finding the record
 settled as it asks reports it settled, a read writes nothing."""
 
 

@@ -233,7 +233,8 @@ class RedisStore(KeyLayout, ScriptCalls, AsyncScripts, RedisOperations, Store):
                 "nothing was written"
             )
         layout = self._layout_of(key)
-        return layout, [request.lease_ms, request.owner, flags, identity, request.retention_ms]
+        args = [request.lease_ms, request.owner, flags, identity, request.retention_ms, request.max_attempts]
+        return layout, args
 
     def complete(
         self,
@@ -311,24 +312,29 @@ class RedisStore(KeyLayout, ScriptCalls, AsyncScripts, RedisOperations, Store):
                 found[record_key] = claim
         return Prefetched(self.record_key, found)
 
-    def release(self, key: str, token: int, *, error: str, retention_ms: int) -> bool:
+    def release(self, key: str, token: int, *, error: str, retention_ms: int, ran: bool = True) -> bool:
         keys = self._keys(key)
-        return bool(
-            self._run(
-                "release", key, keys[:2], [token, error, retention_ms, self._channel(keys[0]), self._publish]
-            )
-        )
+        args = [token, error, retention_ms, self._channel(keys[0]), self._publish, "" if ran else "n"]
+        return bool(self._run("release", key, keys[:2], args))
 
-    def mark_unknown(self, key: str, token: int, *, error: str) -> bool:
+    def mark_unknown(self, key: str, token: int, *, error: str, ran: bool = True) -> bool:
         keys = self._keys(key)
-        return bool(
-            self._run("mark_unknown", key, keys, [token, error, self._channel(keys[0]), self._publish])
-        )
+        args = [token, error, self._channel(keys[0]), self._publish, "" if ran else "n"]
+        return bool(self._run("mark_unknown", key, keys, args))
 
-    def dispatch(self, key: str, token: int, *, lease_ms: int) -> int:
-        reply, acknowledged = self._run_replicated("dispatch", key, self._keys(key), [token, lease_ms])
+    def fail(self, key: str, token: int, *, error: str, failure: str, retention_ms: int) -> bool:
+        keys = self._keys(key)
+        args = [token, error, failure, retention_ms, self._channel(keys[0]), self._publish]
+        return bool(self._run("fail", key, keys[:2], args))
+
+    def dispatch(
+        self, key: str, token: int, *, lease_ms: int, max_attempts: int = 0, retention_ms: int = 0
+    ) -> int:
+        keys = self._keys(key)
+        args = [token, lease_ms, max_attempts, retention_ms, self._channel(keys[0]), self._publish]
+        reply, acknowledged = self._run_replicated("dispatch", key, keys, args)
         attempt = int(reply)
-        if attempt and self._short(acknowledged):
+        if attempt > 0 and self._short(acknowledged):
             claim = Claim(ClaimKind.CLAIMED, token=token, attempt=attempt, status=Status.DISPATCHED)
             raise ClaimNotReplicatedError(
                 key, claim=claim, acknowledged=acknowledged, required=self._wait_replicas

@@ -1,15 +1,17 @@
 --[[ claim: read an effect record and, when it is free, claim it. One round trip.
 
-A record in flight, released or unknown is a hash; fields: s status (p pending, d dispatched,
-r released, u unknown), t fencing token, a attempt, x lease end (ms, Redis clock; 0 none), o owner,
+A record in flight, released, unknown or failed is a hash; fields: s status (p pending,
+d dispatched, r released, u unknown, f failed), t fencing token, a attempts (how many times the
+function was dispatched; absent reads 0), x lease end (ms, Redis clock; 0 none), o owner,
 h identity: effect name \n run id \n effect key \n input hash (written whole by every grant that
 runs the function: the attempt that executes owns the record), g the identity of the holder of a
 reconcile lease on an unknown (h stays the recorded attempt's, the one the reconcile asks about,
 until dispatch makes g the identity), e error, c created, m modified (absent until the record
-first changes: read c), w "a waiter is listening" flag. Every field is a hash entry Redis writes
-and reads one by one, so the identity, which only a grant (or a dispatch) writes, is one. Records
-written before h keep n, u, k and i as fields of their own; every script reads both, and a grant
-rewrites such a record in the new layout.
+first changes: read c), w "a waiter is listening" flag, z a failed record's recorded exception
+(JSON, written by fail.lua; absent when the key was parked after max attempts). Every field is a
+hash entry Redis writes and reads one by one, so the identity, which only a grant (or a dispatch)
+writes, is one. Records written before h keep n, u, k and i as fields of their own; every script
+reads both, and a grant rewrites such a record in the new layout.
 A completed record is one packed string (see complete.lua).
 
 KEYS[1] the record
@@ -23,7 +25,9 @@ ARGV[3] flags: "r" may reconcile an unknown, "s" replay safe, "f" reconcile befo
         "i" on a completed record, also return the run's index (a redelivery prefetches the rest)
 ARGV[4] the identity, as a grant writes it to h: effect name \n run id \n effect key \n input hash
         (or "")
-ARGV[5] retention of a pending record, ms
+ARGV[5] retention of a pending or parked record, ms
+ARGV[6] max attempts: a dispatch that would start execution number max + 1 parks the record
+        instead (status f, kept for the retention, its last error kept); 0 or absent: no cap
 
 Reply: a completed record is the packed string itself, as a bulk string (the caller reads it:
 a replay costs the server one GET); with the "i" flag {packed, run index}. Else, by the first
@@ -35,6 +39,8 @@ element:
    5 RECONCILE  {5, token, attempt, status, error[, input hash]}  the caller holds a lease to ask
                 the remote system (status p: nothing ran yet; u: the outcome is unknown, and the
                 input hash is the recorded attempt's, the one the reconcile asks about)
+   6 FAILED     {6, token, attempt, error, recorded exception or ""}  a terminal failure (fail.lua)
+                is replayed; without a recorded exception, the key is parked: attempts exhausted
   -1 CORRUPT    {-1, what was found}
 
 A retried claim of the same owner gets its grant back with a lease from now, as long as nobody
@@ -67,8 +73,8 @@ if not packed then
   if status == 'p' then return {5, now, att, status, ''} end
   return {1, now, att, status, ''}
 end
--- Not a string: a hash (in flight, released, unknown), or another type.
-local r = redis.pcall('HMGET', rec, 's', 't', 'a', 'x', 'o', 'i', 'e', 'h')
+-- Not a string: a hash (in flight, released, unknown, failed), or another type.
+local r = redis.pcall('HMGET', rec, 's', 't', 'a', 'x', 'o', 'i', 'e', 'h', 'z')
 if r['err'] then return {-1, redis.call('TYPE', rec)['ok']} end
 
 local open, doubt = KEYS[2], KEYS[3]
@@ -101,6 +107,19 @@ local function grant(status, newtok, newatt, fresh)
   return {1, newtok, newatt, status, ''}
 end
 
+local cap = tonumber(ARGV[6]) or 0
+
+-- Attempts exhausted: the execution a grant would start does not; the key is parked, taken over
+-- (the token bumped, as a re-run would) and kept for the retention with its last error.
+local function park()
+  redis.call('HSET', rec, 's', 'f', 't', tok + 1, 'x', 0, 'm', now)
+  redis.call('HDEL', rec, 'o', 'w', 'z', 'g')
+  redis.call('PEXPIRE', rec, ARGV[5])
+  redis.call('ZREM', open, rec)
+  redis.call('ZREM', doubt, rec)
+  return {6, tok + 1, att, err, ''}
+end
+
 local function in_flight()
   redis.call('HSET', rec, 'w', 1)
   return {3, tok, att, s, x - now, own}
@@ -108,6 +127,7 @@ end
 
 local function fresh_claim(newtok, newatt, fresh)
   if string.find(flags, 'f', 1, true) then return grant('p', newtok, newatt, fresh) end
+  if cap > 0 and newatt >= cap then return park() end
   return grant('d', newtok, newatt + 1, fresh)
 end
 
@@ -116,6 +136,9 @@ if not s then
 end
 if s == 'r' then
   return fresh_claim(tok + 1, att, false)
+end
+if s == 'f' then
+  return {6, tok, att, err, r[9] or ''}
 end
 if s ~= 'p' and s ~= 'd' and s ~= 'u' then
   return {-1, 'status ' .. s}
@@ -148,6 +171,7 @@ if string.find(flags, 'r', 1, true) then
   return {5, tok + 1, att, s, err, ihash}
 end
 if string.find(flags, 's', 1, true) then
+  if cap > 0 and att >= cap then return park() end
   redis.call('HSET', rec, 's', 'd', 't', tok + 1, 'a', att + 1, 'x', now + lease, 'o', owner,
     'h', ARGV[4], 'm', now) -- the re-run's identity: it is what executes
   redis.call('ZREM', doubt, rec)

@@ -1,7 +1,7 @@
 --[[ purge: delete one settled record; never one in doubt or in flight. Operators only.
 
-Settled: completed (a packed string, see complete.lua), released, or pending whose lease ran
-out (its holder died before it ran anything). An unknown record, or a dispatched one (live or
+Settled: completed (a packed string, see complete.lua), released, failed, or pending whose lease
+ran out (its holder died before it ran anything). An unknown record, or a dispatched one (live or
 with a dead holder), is kept whatever the caller asks. When the record is gone already, its
 index entries are dropped.
 
@@ -10,7 +10,8 @@ ARGV[1] run id the record must belong to ("" for any)
 ARGV[2] delete only when unchanged for at least this many ms (0 for any age)
 
 Reply: {code, status}
-  1 deleted             status is what it was ("c" completed, "r" released, "p" pending)
+  1 deleted             status is what it was ("c" completed, "r" released, "f" failed,
+                        "p" pending)
   0 kept                status "u", "d" or "p" (in doubt or in flight), or the run or age
                         did not match
   2 no record           its index entries, if any, were dropped; status ""
@@ -37,7 +38,7 @@ elseif kind == 'hash' then
   if r[5] then run = string.match(r[5], '^[^\n]*\n([^\n]*)\n') or run end -- the identity field
   s, changed = r[1], tonumber(r[4] or r[6]) or 0 -- unchanged since created: no m yet
   if not s then return {-1, 'hash without status'} end
-  local settled = s == 'r' or (s == 'p' and (tonumber(r[2]) or 0) <= now)
+  local settled = s == 'r' or s == 'f' or (s == 'p' and (tonumber(r[2]) or 0) <= now)
   if not settled then return {0, s} end
 else
   return {-1, kind}

@@ -1,7 +1,9 @@
 --[[ resolve: an operator settles a record in doubt. Compare-and-set: one resolver wins.
 
-In doubt means UNKNOWN, or DISPATCHED whose lease ran out. The token is bumped, so a
-late holder cannot overwrite the settlement. A completed record is never rewritten.
+In doubt means UNKNOWN, or DISPATCHED whose lease ran out. FAILED (a recorded terminal exception,
+or a key parked after max attempts) is settled by a rule an operator may overrule the same way.
+The token is bumped, so a late holder cannot overwrite the settlement; "not_applied" also sets the
+attempts back to 0 (the operator's verdict starts the count again). A completed record is never rewritten.
 A record settled already exactly as asked (the same outcome, note and result: this resolve's own
 first try, resent after its reply was lost, or the same decision again) is reported settled,
 unchanged; any other is refused.
@@ -38,7 +40,7 @@ local s = r[1]
 if not s then return {-1, 'hash without status'} end
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
-local doubt = s == 'u' or (s == 'd' and (tonumber(r[3]) or 0) <= now)
+local doubt = s == 'u' or s == 'f' or (s == 'd' and (tonumber(r[3]) or 0) <= now)
 if not doubt then
   if s == 'r' and ARGV[1] ~= 'applied' and r[11] == note then return {1, 'r'} end -- settled so already
   return {0, s}
@@ -50,8 +52,8 @@ if ARGV[1] == 'applied' then
     r[9] or '', note, ARGV[2]}, '\n')
   redis.call('SET', rec, packed, 'PX', ARGV[5])
 else
-  redis.call('HSET', rec, 's', 'r', 't', tok, 'e', note, 'm', now)
-  redis.call('HDEL', rec, 'x', 'o', 'w')
+  redis.call('HSET', rec, 's', 'r', 't', tok, 'a', 0, 'e', note, 'm', now)
+  redis.call('HDEL', rec, 'x', 'o', 'w', 'z', 'g')
   redis.call('PEXPIRE', rec, ARGV[5])
 end
 redis.call('ZREM', KEYS[2], rec)
