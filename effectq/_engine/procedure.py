@@ -207,6 +207,7 @@ def procedure(call: Call) -> Procedure:
         lease = Lease(store, key, token, effect.options.lease_ms)
         heartbeat.keep(lease)
         ctx = call.context(token, attempt, lease)
+        call.open_scopes(ctx)  # a tracer's span, current while the function runs
         started = time.time_ns()
         invoked = True
         value = yield InvokeOp(ctx)
