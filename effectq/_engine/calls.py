@@ -101,11 +101,10 @@ class Call:
         """The function's scopes while it runs (tracers'), ended by its execute step's event."""
 
     def open_scopes(self, ctx: EffectContext) -> None:
-        """Ask the tracers for the scopes of the function about to run in ``ctx`` (if any)."""
-        if events.tracers():
-            ctx._scopes = self.scopes = events.open_scopes(
-                self.effect.name, self.key, self.run.id, self.store.namespace, ctx.attempt
-            )
+        """Ask the tracers for the scopes of the function about to run in ``ctx``."""
+        ctx._scopes = self.scopes = events.open_scopes(
+            self.effect.name, self.key, self.run.id, self.store.namespace, ctx.attempt
+        )
 
     def context(self, token: int, attempt: int, lease: Any = None) -> EffectContext:
         # Positional, in EffectContext's field order (keywords cost a dict per call).

@@ -72,13 +72,9 @@ class RedisStore(KeyLayout, ScriptCalls, AsyncScripts, RedisOperations, Store):
             (it ran; its record may be lost on failover). 0, the default, waits
             for nothing. See ``docs/deployment.md``.
         replica_timeout: how long to wait for the replicas (below the socket timeout).
-        via_execute_command: send every script through redis-py's ``Redis.execute_command``
-            (``EVALSHA``, by redis-py's ``Script``), the method OpenTelemetry's, Datadog's and
-            Elastic's Redis instrumentation wrap, so APM sees each one. By default they go on
-            effectq's own wire, which that instrumentation cannot see (effectq's tracing makes
-            spans of them instead); this path costs redis-py's Python per script, sends no
-            completion pipelined, and an asyncio caller's scripts hop to a thread
-            (``docs/operations.md`` has the figures).
+        via_execute_command: send the scripts through redis-py's ``Redis.execute_command``,
+            which APM's Redis instrumentation wraps, rather than effectq's own wire, which it
+            cannot see; slower (no pipelined completions): see ``docs/operations.md``.
 
     Example:
         >>> store = RedisStore.from_url("redis://127.0.0.1:6379/0", namespace="shop")
@@ -96,6 +92,10 @@ class RedisStore(KeyLayout, ScriptCalls, AsyncScripts, RedisOperations, Store):
         replica_timeout: Duration = 1.0,
         via_execute_command: bool = False,
     ) -> None:
+        if type(via_execute_command) is not bool:
+            raise ConfigurationError(
+                f"via_execute_command must be True or False, not {via_execute_command!r}"
+            )
         options: dict[str, Any] = getattr(client, "get_connection_kwargs", dict)()
         if options.get("decode_responses"):
             raise ConfigurationError(
@@ -112,10 +112,6 @@ class RedisStore(KeyLayout, ScriptCalls, AsyncScripts, RedisOperations, Store):
         self._publish = "s" if self._sharded else ""
         self._sources = {name: lua(name) for name in SCRIPTS}
         self._scripts = {name: client.register_script(source) for name, source in self._sources.items()}
-        if not isinstance(via_execute_command, bool):
-            raise ConfigurationError(
-                f"via_execute_command must be True or False, not {via_execute_command!r}"
-            )
         self._lane = None if via_execute_command else lane_for(client) or sentinel_lane_for(client)
         self._async_lane = None if self._wait_replicas else async_lane_for(client, self._lane)
         self._peer = peer_of(client)
