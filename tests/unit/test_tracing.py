@@ -259,3 +259,49 @@ def test_a_failed_script_is_an_error_span(
     assert span.status.status_code is trace.StatusCode.ERROR
     assert "ConnectionError" in (span.status.description or "")
     store.close()
+
+
+class _Broken:
+    """A tracer whose every hook raises."""
+
+    def execute(self, name: str, key: str, run_id: str, namespace: str, attempt: int) -> events.Scope:
+        raise RuntimeError("tracer down")
+
+    def redis_script(self, script: str, peer: tuple[str, int, int] | None) -> events.ScriptSpan | None:
+        raise RuntimeError("tracer down")
+
+
+class _BrokenScope:
+    def enter(self) -> object:
+        raise RuntimeError("scope down")
+
+    def exit(self, token: object) -> None:
+        raise AssertionError("never entered: never exited")
+
+    def end(self, event: events.Event) -> None:
+        raise RuntimeError("scope down")
+
+
+class _BrokenScopes(_Broken):
+    def execute(self, name: str, key: str, run_id: str, namespace: str, attempt: int) -> events.Scope:
+        return _BrokenScope()
+
+
+@pytest.mark.parametrize("tracer", [_Broken(), _BrokenScopes()], ids=["tracer", "scope"])
+def test_a_tracer_that_raises_changes_nothing_the_effect_does(
+    tracer: events.Tracer, redis_store: effectq.RedisStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Observability never changes what an effect does: each failure is logged, the call runs
+    once and records its result."""
+    _providers.append(TracerProvider())
+    untrace = events.trace(tracer)
+    try:
+        with effectq.run("tr-run", store=redis_store):
+            assert charge("o-6") == "ch_o-6"
+            assert charge("o-6") == "ch_o-6"
+            record = redis_store.get(charge.key("o-6"))
+    finally:
+        untrace()
+        _providers.pop()
+    assert record is not None and record.status is effectq.Status.COMPLETED
+    assert "down" in caplog.text
