@@ -269,18 +269,7 @@ def test_redis_restart_without_persistence_says_so_before_it_starts(tmp_path: Pa
     ``effectq doctor`` says of such a server (a restart loses every record), and the report repeats it."""
     # Six tasks of three effects 0.5 s apart keep two workers busy for 4.5 s at the least, so a
     # restart every second lands mid-run however fast the machine is (every 5 s did not always).
-    argv = (
-        "--store-persistence",
-        "off",
-        "--tasks",
-        "6",
-        "--effects",
-        "3",
-        "--pause",
-        "0.5",
-        "--redis-restart",
-        "1",
-    )
+    argv = ("--store-persistence", "off", "--tasks", "6", "--effects", "3", "--pause", "0.5", "--redis-restart", "1")
     options = _options("redis-restart", tmp_path, *argv)
     assert options.persistence is False
     lines: list[str] = []
