@@ -53,6 +53,13 @@ IN_A_RUN_LISTENED = "effectq, the next call reads the reply, a listener on"
 event comes when the reply is read."""
 
 
+VIA_COMMANDS = "effectq, via_execute_command"
+"""effectq on a store built with ``via_execute_command=True``: every script through redis-py's
+``Redis.execute_command``, which APM's Redis instrumentation sees (no instrumentation installed
+here: what redis-py's own command path costs). Its completion's reply is waited for, as plain
+"effectq" waits."""
+
+
 NEW_PROCESS = "effectq, in a process new to the key"
 """A replay where a redelivered task lands: a store that has not yet worked out where the key's
 record lives. Plain "effectq" replays in the process that ran the key (an in-process retry)."""
@@ -113,6 +120,10 @@ def measure(url: str, n: int) -> dict[str, Any]:
     def listened(i: int) -> int:
         return i
 
+    @effectq.effect(name="bench.noop_via_commands")
+    def via_commands(i: int) -> int:
+        return i
+
     @effectq.effect(name="bench.noop_listened_in_run")
     def listened_in_run(i: int) -> int:
         return i
@@ -137,6 +148,7 @@ def measure(url: str, n: int) -> dict[str, Any]:
 
     run_id = f"bench-{tag}"
     listened_store = effectq.RedisStore(client, namespace=f"bench-{tag}")  # a layout memo of its own
+    commands_store = effectq.RedisStore(client, namespace=f"bench-{tag}", via_execute_command=True)
 
     @contextlib.contextmanager
     def bound(to: effectq.RedisStore) -> Iterator[None]:
@@ -165,6 +177,8 @@ def measure(url: str, n: int) -> dict[str, Any]:
     threads_before = threading.active_count()
     warnings.simplefilter("ignore")  # Powertools warns on every call outside Lambda
     try:
+        with bound(commands_store):
+            via_commands(-1)  # redis-py's Script: its own sha, loaded
         with bound(store):
             noop(-1)  # load the scripts
             first: dict[str, Any] = {
@@ -180,6 +194,7 @@ def measure(url: str, n: int) -> dict[str, Any]:
                 IN_A_RUN: in_run,
                 WITH_LISTENER: listened_alone,
                 IN_A_RUN_LISTENED: listened_in_run,
+                VIA_COMMANDS: via_commands,
             }
             replay: dict[str, Any] = {
                 "floor (GET)": lambda i: client.get(f"floor:{tag}:{i}"),
@@ -187,6 +202,7 @@ def measure(url: str, n: int) -> dict[str, Any]:
                 "effectq": noop,
                 NEW_PROCESS: noop,
                 WITH_LISTENER: listened,
+                VIA_COMMANDS: via_commands,
             }
             if powertools is not None:
                 first["Powertools"] = lambda i: powertools(payload={"n": i})
@@ -198,14 +214,24 @@ def measure(url: str, n: int) -> dict[str, Any]:
                     WITH_LISTENER: listening,
                     IN_A_RUN: lambda: bound(store),
                     IN_A_RUN_LISTENED: listening,
+                    VIA_COMMANDS: lambda: bound(commands_store),
                 },
             )
-            replay_series = interleave(replay, n, around={WITH_LISTENER: listening, NEW_PROCESS: new_process})
+            replay_series = interleave(
+                replay,
+                n,
+                around={
+                    WITH_LISTENER: listening,
+                    NEW_PROCESS: new_process,
+                    VIA_COMMANDS: lambda: bound(commands_store),
+                },
+            )
     finally:
         warnings.resetwarnings()
     threads_after = threading.active_count()
     bare.close()
     listened_store.close()
+    commands_store.close()
     store.close()
     client.close()
     # A completion as a transition: its write, then the wait for its reply (read right after).
@@ -243,6 +269,20 @@ def report(result: dict[str, Any]) -> str:
             out[-1] += (
                 f" With an event listener on: {listened:.2f}x (the completed event comes with the reply)."
             )
+    if VIA_COMMANDS in first:
+        out += [
+            "",
+            f"Scripts through redis-py's execute_command (via_execute_command=True, what APM "
+            f"instrumentation sees) against effectq's own wire at p50: first-time "
+            f"{first[VIA_COMMANDS].us(50) / first['effectq'].us(50):.2f}x, replay "
+            f"{replay[VIA_COMMANDS].us(50) / replay['effectq'].us(50):.2f}x"
+            + (
+                f"; first-time {first[VIA_COMMANDS].us(50) / first[IN_A_RUN].us(50):.2f}x "
+                f'"{IN_A_RUN}" (no completion is pipelined on that path).'
+                if IN_A_RUN in first
+                else "."
+            ),
+        ]
     if "bare socket (GET)" in replay:
         bare_first = first["bare socket (SET NX + SET)"].us(50)
         bare_replay = replay["bare socket (GET)"].us(50)

@@ -4,7 +4,8 @@
     python bench/run.py --size large      # the documented larger size
     python bench/run.py --redis-url redis://127.0.0.1:6379/0   # a Redis of yours (default: one of our own)
 
-Needs the bench extra: pip install -e '.[bench]' (Powertools, matplotlib).
+Needs the bench dependency group: pip install -e '.[redis,celery]' --group bench (Powertools,
+matplotlib; pip >= 25.1).
 """
 
 from __future__ import annotations

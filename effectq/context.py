@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .errors import NoActiveEffect
+from .events import Scope, enter_scopes, exit_scopes
 from .keys import effect_marker, idempotency_key
 
 if TYPE_CHECKING:
@@ -62,6 +63,8 @@ class EffectContext:
     ordinal: int = 0
     args: Mapping[str, Any] = field(default_factory=dict, repr=False)
     _lease: Lease | None = field(default=None, repr=False, compare=False)
+    _scopes: tuple[Scope, ...] = field(default=(), repr=False, compare=False)
+    """What tracers make current while the function runs (see :class:`effectq.events.Scope`)."""
 
     @property
     def idempotency_key(self) -> str:
@@ -94,9 +97,25 @@ def current_effect() -> EffectContext:
 
 
 def bind_effect(ctx: EffectContext | None) -> Any:
-    """Set the running effect (the engine's business); returns the token to reset."""
-    return _current.set(ctx)
+    """Set the running effect (the engine's business), and enter its scopes (a tracer's span
+    made current); returns the token to reset."""
+    token = _current.set(ctx)
+    if ctx is None or not ctx._scopes:
+        return token
+    return _Entered(token, ctx._scopes, enter_scopes(ctx._scopes))
 
 
 def unbind_effect(token: Any) -> None:
+    if type(token) is _Entered:
+        exit_scopes(token.scopes, token.tokens)
+        token = token.token
     _current.reset(token)
+
+
+class _Entered:
+    """What :func:`bind_effect` returns when it entered scopes: they are exited first."""
+
+    __slots__ = ("scopes", "token", "tokens")
+
+    def __init__(self, token: Any, scopes: tuple[Scope, ...], tokens: list[Any]) -> None:
+        self.token, self.scopes, self.tokens = token, scopes, tokens

@@ -88,6 +88,15 @@ def redis_store(redis_client: redis.Redis, namespace: str) -> Iterator[effectq.R
 
 
 @pytest.fixture
+def commands_store(redis_client: redis.Redis, namespace: str) -> Iterator[effectq.RedisStore]:
+    """A RedisStore on the real server whose scripts go through redis-py's ``execute_command``
+    (``via_execute_command=True``), in the test's namespace."""
+    store = effectq.RedisStore(redis_client, namespace=namespace, via_execute_command=True)
+    yield store
+    store.close()
+
+
+@pytest.fixture
 def onlooker(redis_url: str, namespace: str) -> Iterator[effectq.RedisStore]:
     """Another store on its own client, in the same namespace: reads records without touching
     the connections of the store under test."""

@@ -76,7 +76,7 @@ class Callee(Protocol):
 class Call:
     """Everything one call of an effect needs, computed before anything is claimed."""
 
-    __slots__ = ("arguments", "effect", "input_hash", "key", "ordinal", "request", "run", "store")
+    __slots__ = ("arguments", "effect", "input_hash", "key", "ordinal", "request", "run", "scopes", "store")
 
     def __init__(
         self,
@@ -97,6 +97,14 @@ class Call:
         self.arguments = arguments
         self.ordinal = ordinal
         self.request = request
+        self.scopes: tuple[events.Scope, ...] = ()
+        """The function's scopes while it runs (tracers'), ended by its execute step's event."""
+
+    def open_scopes(self, ctx: EffectContext) -> None:
+        """Ask the tracers for the scopes of the function about to run in ``ctx``."""
+        ctx._scopes = self.scopes = events.open_scopes(
+            self.effect.name, self.key, self.run.id, self.store.namespace, ctx.attempt
+        )
 
     def context(self, token: int, attempt: int, lease: Any = None) -> EffectContext:
         # Positional, in EffectContext's field order (keywords cost a dict per call).
@@ -123,19 +131,22 @@ def _emit(
     step: str = "",
     ended_ns: int | None = None,
 ) -> None:
-    if not events.listeners():
+    if not events.listeners() and not call.scopes:
         return
-    events.emit(
-        events.Event(  # positional, in Event's field order (keywords cost a dict per event)
-            kind,  # kind
-            call.effect.name,  # name
-            call.key,  # key
-            call.run.id,  # run_id
-            call.store.namespace,  # namespace
-            attempt,  # attempt
-            started_ns,  # started_ns
-            ((ended_ns or time.time_ns()) - started_ns) / 1e9,  # duration
-            error,  # error
-            step or events.STEPS[kind],  # step
-        )
+    event = events.Event(  # positional, in Event's field order (keywords cost a dict per event)
+        kind,  # kind
+        call.effect.name,  # name
+        call.key,  # key
+        call.run.id,  # run_id
+        call.store.namespace,  # namespace
+        attempt,  # attempt
+        started_ns,  # started_ns
+        ((ended_ns or time.time_ns()) - started_ns) / 1e9,  # duration
+        error,  # error
+        step or events.STEPS[kind],  # step
     )
+    scopes = call.scopes
+    if scopes and event.step == "execute":  # the function's outcome: its scopes end with it
+        call.scopes = ()
+        events.end_scopes(scopes, event)
+    events.emit(event)

@@ -30,7 +30,7 @@ from ..errors import (
     StoreError,
     describe_exception,
 )
-from ..events import EventKind
+from ..events import EventKind, tracers
 from ..store.base import Claim, ClaimKind, Status
 from .calls import Applied, Call, _emit
 from .decide import Next, after_claim, check_input, exhausted, failed, is_crash, replayed, wait_for
@@ -226,6 +226,8 @@ def procedure(call: Call) -> Procedure:
         lease = Lease(store, key, token, effect.options.lease_ms)
         heartbeat.keep(lease)
         ctx = call.context(token, attempt, lease)
+        if tracers():  # a tracer's span, current while the function runs
+            call.open_scopes(ctx)
         started = time.time_ns()
         invoked = True
         value = yield InvokeOp(ctx)

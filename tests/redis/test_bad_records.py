@@ -9,10 +9,12 @@ import redis
 
 import effectq
 
+STORES = {"fakeredis": "fake_store", "redis": "redis_store", "redis-commands": "commands_store"}
 
-@pytest.fixture(params=["fakeredis", "redis"])
+
+@pytest.fixture(params=list(STORES))
 def rstore(request: pytest.FixtureRequest) -> effectq.RedisStore:
-    return request.getfixturevalue("fake_store" if request.param == "fakeredis" else "redis_store")  # type: ignore[no-any-return]
+    return request.getfixturevalue(STORES[request.param])  # type: ignore[no-any-return]
 
 
 def make_effect(calls: list[str]) -> effectq.Effect[[str], str]:

@@ -71,9 +71,13 @@ def test_effects_run_and_replay_on_every_protocol_and_parser(
         client.close()
 
 
-def test_scripts_are_loaded_again_after_a_flush(redis_client: redis.Redis, namespace: str) -> None:
-    """SCRIPT FLUSH (or a restarted Redis) makes EVALSHA answer NOSCRIPT: the lane loads and reruns."""
-    store = effectq.RedisStore(redis_client, namespace=namespace)
+@pytest.mark.parametrize("via_execute_command", [False, True], ids=["wire", "execute-command"])
+def test_scripts_are_loaded_again_after_a_flush(
+    redis_client: redis.Redis, namespace: str, via_execute_command: bool
+) -> None:
+    """SCRIPT FLUSH (or a restarted Redis) makes EVALSHA answer NOSCRIPT: the lane loads and reruns
+    (and so does redis-py's Script, on the execute_command path)."""
+    store = effectq.RedisStore(redis_client, namespace=namespace, via_execute_command=via_execute_command)
     calls: list[int] = []
     double = _effect(calls)
     with effectq.run("flush", store=store):

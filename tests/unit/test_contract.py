@@ -29,6 +29,8 @@ class TestFakeRedisStore(StoreContract, OperatorStoreContract):
 
 
 class TestRedisStore(StoreContract, OperatorStoreContract):
+    via_execute_command = False
+
     @pytest.fixture
     def store_factory(self, redis_url: str) -> Iterator[Callable[[str], effectq.Store]]:
         client = redis.Redis.from_url(redis_url)
@@ -36,9 +38,18 @@ class TestRedisStore(StoreContract, OperatorStoreContract):
 
         def make(namespace: str) -> effectq.Store:
             made.append(namespace)
-            return effectq.RedisStore(client, namespace=namespace)
+            return effectq.RedisStore(
+                client, namespace=namespace, via_execute_command=self.via_execute_command
+            )
 
         yield make
         for namespace in made:
             delete_namespace(client, namespace)
         client.close()
+
+
+class TestRedisStoreViaExecuteCommand(TestRedisStore):
+    """The scripts through redis-py's ``execute_command`` (what APM instrumentation sees): the
+    store's contract holds there too."""
+
+    via_execute_command = True

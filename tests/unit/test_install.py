@@ -252,6 +252,8 @@ def test_wheel_metadata(wheel: Path) -> None:
     assert requires("dramatiq-rabbitmq") == {"dramatiq[rabbitmq]>=1.16", "redis[hiredis]<9,>=5.0.1"}
     assert requires("redis") == {"redis[hiredis]<9,>=5.0.1"}
     assert {"pytest>=8", "fakeredis[lua]>=2.23"} <= requires("testing")
+    extras = {line.removeprefix("Provides-Extra: ") for line in lines if line.startswith("Provides-Extra: ")}
+    assert "testing" in extras and not {"test", "dev", "bench"} & extras  # dependency groups, not extras
 
 
 # -- a plain install, for real -------------------------------------------------------------

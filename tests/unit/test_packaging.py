@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import tomllib
 import zipfile
 from pathlib import Path
 
@@ -29,6 +30,18 @@ def test_ci_runs_exactly_the_readme_test_command() -> None:
     """.ci/run runs the README's test command, verbatim."""
     _, tests = readme_commands()
     assert tests in (ROOT / ".ci" / "run").read_text().splitlines()
+
+
+def test_what_working_on_effectq_needs_is_dependency_groups_not_extras() -> None:
+    """dev, test and bench are PEP 735 groups (not in the wheel's metadata for users to pick);
+    the test command installs its group beside every extra, with a pip that reads groups."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    groups = project["dependency-groups"]
+    assert {"dev", "test", "bench"} <= set(groups)
+    assert not {"dev", "test", "bench"} & set(project["project"]["optional-dependencies"])
+    assert {"include-group": "test"} in groups["dev"]
+    _, tests = readme_commands()
+    assert "'pip>=25.1'" in tests and "-e '.[all]' --group test" in tests
 
 
 def test_import_needs_no_optional_extra() -> None:

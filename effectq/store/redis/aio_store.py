@@ -8,15 +8,18 @@ The sync sending is :mod:`.scripts`; what each script's arguments and replies me
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ...errors import StoreError
+from ...events import tracers
 from ..base import AsyncStore, Claim, ClaimRequest, ResultState
 from .errors import raise_failure
 from .layout import Layout
 from .replies import decode_claim
 from .scripts import RETRY_SAFE
+from .traced import Peer, post_traced, run_traced_async
 from .wire import aio
 from .wire.aio import AsyncLane
 
@@ -30,6 +33,7 @@ class _Host(Protocol):
     """What the async half uses of the store it is mixed into."""
 
     _async_lane: AsyncLane | None
+    _peer: Peer | None
     _sources: dict[str, str]
     _scripts: dict[str, Any]
 
@@ -85,17 +89,22 @@ class AsyncScripts:
         if lane is None:
             return False
         keys, args = self._complete_args(key, token, result, result_state, retention_ms)
-        return lane.send_pipelined(
-            self._scripts["complete"].sha, self._sources["complete"], keys, args, self._settled(key, on_reply)
-        )
+        sha, source = self._scripts["complete"].sha, self._sources["complete"]
+        if tracers():  # as in _run_async
+            post = functools.partial(lane.send_pipelined, sha, source, keys, args)
+            return post_traced("complete", self._peer, post, self._settled(key, on_reply))
+        return lane.send_pipelined(sha, source, keys, args, self._settled(key, on_reply))
 
     async def _run_async(self: _Host, name: str, key: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
         lane = self._async_lane
         assert lane is not None
         if not AsyncLane.serves(asyncio.get_running_loop()):
             return await asyncio.to_thread(self._run, name, key, keys, args)
+        send = lane.evalsha
+        if tracers():  # APM cannot see the wire (see traced.py): a span of effectq's own
+            send = functools.partial(run_traced_async, name, self._peer, send)
         try:
-            return await lane.evalsha(
+            return await send(
                 self._scripts[name].sha, self._sources[name], keys, args, retry=name in RETRY_SAFE
             )
         except Exception as exc:

@@ -8,13 +8,16 @@ behind it when replicas must acknowledge the write. The async half is :mod:`.aio
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
 from ...errors import StoreError
+from ...events import tracers
 from .errors import raise_failure
 from .replicas import run_and_wait
+from .traced import Peer, run_traced
 from .wire.sync import Lane
 
 if TYPE_CHECKING:
@@ -51,6 +54,7 @@ class ScriptCalls:
     _client: _redis.Redis | _redis.RedisCluster
     _sharded: bool
     _lane: Lane | None
+    _peer: Peer | None
     _sources: dict[str, str]
     _scripts: dict[str, Any]
     _wait_replicas: int
@@ -58,11 +62,13 @@ class ScriptCalls:
 
     def _run(self, name: str, key: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
         script = self._scripts[name]
+        lane = self._lane
         try:
-            if self._lane is not None:
-                return self._lane.evalsha(
-                    script.sha, self._sources[name], keys, args, retry=name in RETRY_SAFE
-                )
+            if lane is not None:
+                send = lane.evalsha
+                if tracers():  # APM cannot see the wire (see traced.py): a span of effectq's own
+                    send = functools.partial(run_traced, name, self._peer, send)
+                return send(script.sha, self._sources[name], keys, args, retry=name in RETRY_SAFE)
             return script(keys=keys, args=args)
         except Exception as exc:
             raise_failure(name, key, exc)
@@ -75,8 +81,12 @@ class ScriptCalls:
         if not self._wait_replicas:
             return self._run(name, key, keys, args), 0
         try:
-            if self._lane is not None:
-                return self._lane.evalsha_wait(
+            lane = self._lane
+            if lane is not None:
+                send = lane.evalsha_wait
+                if tracers():  # as in _run
+                    send = functools.partial(run_traced, name, self._peer, send)
+                return send(
                     self._scripts[name].sha,
                     self._sources[name],
                     keys,

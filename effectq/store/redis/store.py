@@ -9,6 +9,7 @@ which routes each call to its slot's primary and follows ``MOVED``/``ASK``.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -24,6 +25,7 @@ from ...errors import (
     ResolveRefusedError,
     StoreError,
 )
+from ...events import tracers
 from ...keys import check_namespace
 from ...options import Duration, seconds
 from ..base import Claim, ClaimKind, ClaimRequest, Record, ResultState, Status, Store, Unsubscribe
@@ -37,6 +39,7 @@ from .notify import Notifier
 from .replies import STATUS, Prefetched, decode_claim, decode_read, packed_claim, text, when
 from .scripts import SCRIPTS, ScriptCalls, lua
 from .sentinel import sentinel_lane_for
+from .traced import peer_of, post_traced
 from .wire import sync
 from .wire.aio import async_lane_for
 from .wire.sync import lane_for
@@ -69,6 +72,9 @@ class RedisStore(KeyLayout, ScriptCalls, AsyncScripts, RedisOperations, Store):
             (it ran; its record may be lost on failover). 0, the default, waits
             for nothing. See ``docs/deployment.md``.
         replica_timeout: how long to wait for the replicas (below the socket timeout).
+        via_execute_command: send the scripts through redis-py's ``Redis.execute_command``,
+            which APM's Redis instrumentation wraps, rather than effectq's own wire, which it
+            cannot see; slower (no pipelined completions): see ``docs/operations.md``.
 
     Example:
         >>> store = RedisStore.from_url("redis://127.0.0.1:6379/0", namespace="shop")
@@ -84,7 +90,12 @@ class RedisStore(KeyLayout, ScriptCalls, AsyncScripts, RedisOperations, Store):
         prefix: str = "effectq",
         wait_replicas: int = 0,
         replica_timeout: Duration = 1.0,
+        via_execute_command: bool = False,
     ) -> None:
+        if type(via_execute_command) is not bool:
+            raise ConfigurationError(
+                f"via_execute_command must be True or False, not {via_execute_command!r}"
+            )
         options: dict[str, Any] = getattr(client, "get_connection_kwargs", dict)()
         if options.get("decode_responses"):
             raise ConfigurationError(
@@ -101,8 +112,9 @@ class RedisStore(KeyLayout, ScriptCalls, AsyncScripts, RedisOperations, Store):
         self._publish = "s" if self._sharded else ""
         self._sources = {name: lua(name) for name in SCRIPTS}
         self._scripts = {name: client.register_script(source) for name, source in self._sources.items()}
-        self._lane = lane_for(client) or sentinel_lane_for(client)
+        self._lane = None if via_execute_command else lane_for(client) or sentinel_lane_for(client)
         self._async_lane = None if self._wait_replicas else async_lane_for(client, self._lane)
+        self._peer = peer_of(client)
         self._on_loop = None
         if self._async_lane is not None:  # a subclass's own claim or complete keeps its thread
             own_claim = type(self).claim is RedisStore.claim
@@ -120,6 +132,7 @@ class RedisStore(KeyLayout, ScriptCalls, AsyncScripts, RedisOperations, Store):
         prefix: str = "effectq",
         wait_replicas: int = 0,
         replica_timeout: Duration = 1.0,
+        via_execute_command: bool = False,
         **kwargs: Any,
     ) -> RedisStore:
         """Build a store from a ``redis://``, ``rediss://`` or ``unix://`` URL, or a cluster or
@@ -145,6 +158,7 @@ class RedisStore(KeyLayout, ScriptCalls, AsyncScripts, RedisOperations, Store):
             prefix=prefix,
             wait_replicas=wait_replicas,
             replica_timeout=replica_timeout,
+            via_execute_command=via_execute_command,
         )
 
     @classmethod
@@ -275,9 +289,11 @@ class RedisStore(KeyLayout, ScriptCalls, AsyncScripts, RedisOperations, Store):
         if lane is None or self._wait_replicas:
             return False
         keys, args = self._complete_args(key, token, result, result_state, retention_ms)
-        return lane.send_pipelined(
-            self._scripts["complete"].sha, self._sources["complete"], keys, args, self._settled(key, on_reply)
-        )
+        sha, source = self._scripts["complete"].sha, self._sources["complete"]
+        if tracers():  # APM cannot see the wire (see traced.py): a span of effectq's own
+            post = functools.partial(lane.send_pipelined, sha, source, keys, args)
+            return post_traced("complete", self._peer, post, self._settled(key, on_reply))
+        return lane.send_pipelined(sha, source, keys, args, self._settled(key, on_reply))
 
     def _complete_args(
         self, key: str, token: int, result: bytes | None, result_state: ResultState, retention_ms: int
