@@ -112,6 +112,7 @@ STEPS: dict[EventKind, str] = {
     EventKind.CLAIMED: "claim",
     EventKind.REPLAYED: "claim",
     EventKind.UNKNOWN: "claim",
+    EventKind.FAILED: "claim",  # a failed key met by a claim; a terminal exception says "execute"
     EventKind.EXECUTED: "execute",
     EventKind.RELEASED: "execute",
     EventKind.COMPLETED: "complete",

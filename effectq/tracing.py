@@ -37,7 +37,9 @@ from .events import EventKind
 
 __all__ = ["FAILURES", "install"]
 
-FAILURES = frozenset({EventKind.RELEASED, EventKind.UNKNOWN, EventKind.IN_PROGRESS, EventKind.STORE_ERROR})
+FAILURES = frozenset(
+    {EventKind.RELEASED, EventKind.UNKNOWN, EventKind.FAILED, EventKind.IN_PROGRESS, EventKind.STORE_ERROR}
+)
 """Outcomes whose span status is ERROR."""
 
 

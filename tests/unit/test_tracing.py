@@ -305,3 +305,42 @@ def test_a_tracer_that_raises_changes_nothing_the_effect_does(
         _providers.pop()
     assert record is not None and record.status is effectq.Status.COMPLETED
     assert "down" in caplog.text
+
+
+class Declined(Exception):
+    """A terminal error of the charge below."""
+
+
+@effectq.effect(name="tr.terminal", terminal=(Declined,))
+def declined(order: str) -> str:
+    raise Declined(f"card declined for {order}")
+
+
+def test_a_terminal_failure_and_its_replay_are_error_spans(
+    exporter: tuple[trace.Tracer, InMemorySpanExporter], redis_store: effectq.RedisStore
+) -> None:
+    """The function raised a terminal exception, and a later call raised it again from the record:
+    both spans say failed, as ERROR, with the recorded message."""
+    tracer, exported = exporter
+    for _ in range(2):
+        with (
+            tracer.start_as_current_span("task"),
+            effectq.run("tr-terminal", store=redis_store),
+            pytest.raises(Declined),
+        ):
+            declined("o-1")
+    failed = [
+        span
+        for span in exported.get_finished_spans()
+        if span.attributes is not None and span.attributes.get("effectq.outcome") == "failed"
+    ]
+    names = sorted(span.name for span in failed)
+    assert names == ["effectq.claim tr.terminal", "effectq.execute tr.terminal"]
+    for span in failed:
+        assert span.status.status_code is trace.StatusCode.ERROR
+        assert "card declined for o-1" in (span.status.description or "")
+
+
+def test_every_event_kind_names_the_step_it_reports_from() -> None:
+    """An event of a kind without a step would raise inside the engine whenever a listener is on."""
+    assert set(events.STEPS) == set(events.EventKind)
