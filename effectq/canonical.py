@@ -434,7 +434,11 @@ def _canonical(arguments: Mapping[str, Any], legacy: bool) -> tuple[bytes, bool]
         if type(value) not in _SCALARS or not name.isascii():
             break
     else:  # already canonical, and the same under both schemes
-        return _utf8(_text(arguments), arguments), False
+        text = _text(arguments)
+        try:
+            return text.encode("utf-8"), False
+        except UnicodeEncodeError:  # a lone surrogate: _utf8 says where
+            return _utf8(text, arguments), False
     tree: dict[str, Any] = {}
     special = False
     for name, value in arguments.items():

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from ..context import EffectContext, bind_effect, unbind_effect
 from ..errors import describe_exception
 from .calls import Call
-from .ops import _T, InvokeOp, Op, run_op_async, run_op_sync
+from .ops import _T, ClaimOp, InvokeOp, Op, PipelineOp, claim_async, pipeline_async, run_op_async, run_op_sync
 from .procedure import procedure
 
 if TYPE_CHECKING:
@@ -57,8 +57,15 @@ def drive_sync(proc: Generator[Op, Any, _T], invoke: Callable[[EffectContext], A
             while True:
                 op = proc.send(value) if error is None else proc.throw(error)
                 value = error = None
+                kind = type(op)
                 try:
-                    value = invoke(op.ctx) if type(op) is InvokeOp else run_op_sync(op)
+                    if kind is ClaimOp:  # the commonest, called here: no call of run_op_sync between
+                        call = op.call  # type: ignore[union-attr]
+                        value = call.store.claim(call.key, call.request)
+                    elif kind is InvokeOp:
+                        value = invoke(op.ctx)  # type: ignore[union-attr]
+                    else:
+                        value = run_op_sync(op)
                 except BaseException as exc:
                     error = exc
         except StopIteration as stop:
@@ -84,9 +91,14 @@ async def drive_async(
             while True:
                 op = proc.send(value) if error is None else proc.throw(error)
                 value = error = None
-                try:
-                    if type(op) is InvokeOp:
-                        value = await invoke(op.ctx)
+                kind = type(op)
+                try:  # the commonest carried out here: no coroutine of run_op_async between
+                    if kind is ClaimOp:
+                        value = await claim_async(op, astore)  # type: ignore[arg-type]
+                    elif kind is InvokeOp:
+                        value = await invoke(op.ctx)  # type: ignore[union-attr]
+                    elif kind is PipelineOp:
+                        value = pipeline_async(op, astore)  # type: ignore[arg-type]
                     else:
                         value = await run_op_async(op, store, astore)
                 except BaseException as exc:

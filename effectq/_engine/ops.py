@@ -9,7 +9,7 @@ import contextlib
 import inspect
 import threading
 import time
-from collections.abc import Callable, Generator
+from collections.abc import Awaitable, Callable, Generator
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from .._runtime.repairs import Settle
@@ -19,6 +19,16 @@ from .calls import Call
 
 if TYPE_CHECKING:
     from ..store.base import AsyncStore, Store
+
+
+class ClaimOp:
+    """Claim the call's key: ``call.store.claim(call.key, call.request)``, or the same on the
+    store's async twin. The commonest operation, so it carries only the call."""
+
+    __slots__ = ("call",)
+
+    def __init__(self, call: Call) -> None:
+        self.call = call
 
 
 class StoreOp:
@@ -85,7 +95,7 @@ class SleepOp:
         self.seconds = seconds
 
 
-Op = StoreOp | WatchOp | BlockOp | InvokeOp | ReconcileOp | PipelineOp | SleepOp
+Op = ClaimOp | StoreOp | WatchOp | BlockOp | InvokeOp | ReconcileOp | PipelineOp | SleepOp
 
 
 _T = TypeVar("_T")
@@ -141,6 +151,9 @@ class _AsyncWatch:
 def run_op_sync(op: Op) -> Any:
     """Carry out one operation other than invoking the function, blocking."""
     kind = type(op)
+    if kind is ClaimOp:
+        call = op.call  # type: ignore[union-attr]
+        return call.store.claim(call.key, call.request)
     if kind is StoreOp:
         return op.fn(*op.args, **op.kwargs)  # type: ignore[union-attr]
     if kind is PipelineOp:
@@ -179,6 +192,8 @@ async def run_op_async(op: Op, store: Store | None = None, astore: AsyncStore | 
     loop (no thread hop); without it, store calls go to a worker thread, so a slow store
     never blocks the loop."""
     kind = type(op)
+    if kind is ClaimOp:
+        return await claim_async(op, astore)  # type: ignore[arg-type]
     if kind is StoreOp:
         fn = op.fn  # type: ignore[union-attr]
         if astore is not None and getattr(fn, "__self__", None) is store:  # not a wrapper's own
@@ -189,14 +204,7 @@ async def run_op_async(op: Op, store: Store | None = None, astore: AsyncStore | 
                 return await astore.complete(*op.args, **op.kwargs)  # type: ignore[union-attr]
         return await asyncio.to_thread(fn, *op.args, **op.kwargs)  # type: ignore[union-attr]
     if kind is PipelineOp:
-        run = op.call.run  # type: ignore[union-attr]
-        task = run.task
-        if astore is None or task is None or task is not asyncio.current_task():
-            return False
-        if not op.write(astore.complete_pipelined):  # type: ignore[union-attr]
-            return False
-        run.pending_async(astore)
-        return True
+        return pipeline_async(op, astore)  # type: ignore[arg-type]
     if kind is WatchOp:
         return await _AsyncWatch().open(op.store, op.key)  # type: ignore[union-attr]
     if kind is BlockOp:
@@ -206,6 +214,28 @@ async def run_op_async(op: Op, store: Store | None = None, astore: AsyncStore | 
     if kind is SleepOp:
         return await asyncio.sleep(op.seconds)  # type: ignore[union-attr]
     raise TypeError(f"not an operation: {op!r}")  # pragma: no cover
+
+
+def claim_async(op: ClaimOp, astore: AsyncStore | None) -> Awaitable[Any]:
+    """What to await for a :class:`ClaimOp`: ``astore`` (the call's store's async twin) sends it
+    from this loop; without one, the store's claim runs in a worker thread. A plain function
+    (as :func:`pipeline_async` is), so a driver awaits the claim itself, no coroutine between."""
+    call = op.call
+    if astore is not None:
+        return astore.claim(call.key, call.request)
+    return asyncio.to_thread(call.store.claim, call.key, call.request)
+
+
+def pipeline_async(op: PipelineOp, astore: AsyncStore | None) -> bool:
+    """Carry out a :class:`PipelineOp` in an event loop: written now, never awaited."""
+    run = op.call.run
+    task = run.task
+    if astore is None or task is None or task is not asyncio.current_task():
+        return False
+    if not op.write(astore.complete_pipelined):
+        return False
+    run.pending_async(astore)
+    return True
 
 
 async def _reconcile_async(op: ReconcileOp) -> Any:

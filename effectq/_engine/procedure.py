@@ -34,7 +34,7 @@ from ..events import EventKind, tracers
 from ..store.base import Claim, ClaimKind, Status
 from .calls import Applied, Call, _emit
 from .decide import Next, after_claim, check_input, exhausted, failed, is_crash, replayed, wait_for
-from .ops import BlockOp, InvokeOp, Op, Procedure, ReconcileOp, SleepOp, StoreOp, WatchOp
+from .ops import BlockOp, ClaimOp, InvokeOp, Op, Procedure, ReconcileOp, SleepOp, StoreOp, WatchOp
 from .record import _failed, _record, _store, _store_failed, _write
 
 log_claim = logging.getLogger("effectq.claim")
@@ -61,8 +61,9 @@ _EXECUTED, _REPLAYED, _RECONCILED, _WAITED = (
 )
 
 
-def _claim(call: Call) -> Generator[Op, Any, tuple[Claim, int]]:
-    """Claim, retrying a failed round trip with the same owner (the grant comes back, not a conflict).
+def _claim_failed(call: Call, exc: BaseException, started: int) -> Generator[Op, Any, tuple[Claim, int]]:
+    """A claim whose try (sent at ``started``) raised ``exc``: tried again with the same owner
+    (the grant comes back, not a conflict), or raised. Returns the claim and when its try began.
 
     When every try fails, or the wait for its reply is interrupted (a cancelled task,
     a time limit), the claim may still have landed: nothing ran under it, so the
@@ -70,32 +71,33 @@ def _claim(call: Call) -> Generator[Op, Any, tuple[Claim, int]]:
     dispatched record to turn into a false unknown; unless no try was sent at all (a
     connection refused): then no claim can exist.
     """
-    store, key = call.store, call.key
+    store = call.store
     unanswered = False  # whether a failed try may have reached the store
     for pause in CLAIM_RETRIES:
-        started = time.time_ns()
-        try:
-            claim = yield StoreOp(store.claim, key, call.request)
-        except StoreError as exc:
-            _store_failed(call, store.claim, started, exc)
-            if isinstance(exc, CorruptRecordError):
-                raise
-            if isinstance(exc, ClaimNotReplicatedError):
-                yield from _give_back(call, exc)
-                raise
-            unanswered = unanswered or exc.sent
-            if pause is None:
-                if unanswered:
-                    _take_back_later(call, "unanswered")
-                raise
-            yield SleepOp(pause)
-            continue
-        except BaseException as exc:
+        if not isinstance(exc, StoreError):
             if not isinstance(exc, EffectqError | GeneratorExit) and not is_crash(exc):
                 # Interrupted while its reply was awaited (a cancelled task, a time limit, ^C):
                 # the claim may land all the same, with nothing to run under it.
                 _take_back_later(call, "interrupted", after=0.0)
-            raise
+            raise exc
+        _store_failed(call, store.claim, started, exc)
+        if isinstance(exc, CorruptRecordError):
+            raise exc
+        if isinstance(exc, ClaimNotReplicatedError):
+            yield from _give_back(call, exc)
+            raise exc
+        unanswered = unanswered or exc.sent
+        if pause is None:
+            if unanswered:
+                _take_back_later(call, "unanswered")
+            raise exc
+        yield SleepOp(pause)
+        started = time.time_ns()
+        try:
+            claim = yield ClaimOp(call)
+        except BaseException as again:
+            exc = again
+            continue
         return claim, started
     raise AssertionError("unreachable")  # pragma: no cover
 
@@ -148,7 +150,14 @@ def procedure(call: Call) -> Procedure:
     try:
         try:
             while True:
-                claim, started = yield from _claim(call)
+                started = time.time_ns()
+                retries: Generator[Op, Any, tuple[Claim, int]] | None = None
+                try:  # the first try here; the retries only once one fails
+                    claim = yield ClaimOp(call)
+                except BaseException as exc:
+                    retries = _claim_failed(call, exc, started)
+                if retries is not None:
+                    claim, started = yield from retries
                 if claim.kind is ClaimKind.CLAIMED:  # before any call: an exception raised into
                     granted = claim.token  # the call from here on gives the grant back
                 then = after_claim(claim)

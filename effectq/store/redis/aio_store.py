@@ -125,21 +125,20 @@ class OnTheLoop:
     """A RedisStore's :class:`~effectq.store.base.AsyncStore`: its scripts sent on the async
     wire from the calling loop; a subclass's own ``claim`` or ``complete`` in a thread."""
 
-    __slots__ = ("_pipelines", "_store", "claim", "complete")
+    __slots__ = ("claim", "complete", "complete_pipelined")
 
     def __init__(self, store: RedisStore, own_claim: bool, own_complete: bool) -> None:
-        self._store = store
         self.claim = store._claim_async if own_claim else _in_thread(store.claim)
         self.complete = store._complete_async if own_complete else _in_thread(store.complete)
-        self._pipelines = own_complete  # else its own complete is the one to call
-
-    def complete_pipelined(
-        self, key: str, token: int, on_reply: Callable[[bool | StoreError], None], **completion: Any
-    ) -> bool:
-        return self._pipelines and self._store._complete_pipelined_async(key, token, on_reply, **completion)
+        # a subclass's own complete is the one to call: never pipelined past it
+        self.complete_pipelined = store._complete_pipelined_async if own_complete else _not_pipelined
 
     async def flush_pending(self) -> None:
         await aio.flush_pending()
+
+
+def _not_pipelined(*args: Any, **completion: Any) -> bool:
+    return False
 
 
 def _in_thread(fn: Callable[..., Any]) -> Callable[..., Any]:
