@@ -150,10 +150,10 @@ SCENARIOS: dict[str, Scenario] = {
             "concurrency": 2,
             "kill_with": ("child",),
             "target": "busy",
-            "kill_every": (1.0, 2.5),
+            "kill_every": (0.7, 1.5),
         },
         {
-            "ci": {"tasks": 16, "effects": 4, "workers": 2, "timeout": 120.0},
+            "ci": {"tasks": 20, "effects": 4, "workers": 2, "timeout": 120.0},
             "long": {"tasks": 600, "effects": 5, "workers": 2, "timeout": 1200.0},
         },
     ),
