@@ -93,7 +93,7 @@ class Options:
         effectq: ``False`` runs the same tasks unguarded (the chaos must bite).
         kill_every: (min, max) seconds between two SIGKILLs; ``None``: no kills.
         redis_restart: restart the store's own redis-server every this many seconds.
-        sigstop: SIGSTOP a worker past its lease every this many seconds.
+        sigstop: SIGSTOP a worker past its lease every this many seconds (the first at once).
         cut: cut the broker connections every this many seconds.
         faults: faults workers inject into themselves (``"after_effect:0.02:kill"``).
         pause: seconds between two effects of a task (so kills land mid-task).
@@ -119,13 +119,14 @@ class Options:
         retry_after: the first execution of each task asks for a retry after this many effects.
         kill_with: what the faults do, in turn (see :data:`KILL_WITH`).
         target: the victim of a kill, shutdown or SIGSTOP: ``"any"`` worker, or ``"busy"``: one
-            running a task (its child, for ``child``).
+            running a task (its child, for ``child``); with none at a kill's moment, the next
+            moment is drawn.
         grace: seconds a warm shutdown (SIGTERM) may take before the worker is SIGKILLed.
-        store_pause: freeze the store's own redis-server (SIGSTOP) past the lease every this many
-            seconds, then resume it.
-        partition: every this many seconds, hold one busy worker's connections to the store's own
-            redis-server past the lease (each worker reaches it through a proxy of its own), then
-            release them.
+        store_pause: freeze the store's own redis-server (SIGSTOP) past the lease while a task
+            runs (the first time at once, then this many seconds after each freeze), then resume it.
+        partition: every this many seconds (the first time at once), hold one busy worker's
+            connections to the store's own redis-server past the lease (each worker reaches it
+            through a proxy of its own), then release them.
         late: ``"INDEX:SECONDS[:EVERY]"``: the first execution of tasks 1, 1 + EVERY... spends
             SECONDS in effect INDEX after its side effect.
         time_limit: the Dramatiq actors' time limit in seconds (0: ten minutes).
