@@ -93,7 +93,7 @@ class Options:
         effectq: ``False`` runs the same tasks unguarded (the chaos must bite).
         kill_every: (min, max) seconds between two SIGKILLs; ``None``: no kills.
         redis_restart: restart the store's own redis-server every this many seconds.
-        sigstop: SIGSTOP a worker past its lease every this many seconds.
+        sigstop: SIGSTOP a worker past its lease every this many seconds (the first at once).
         cut: cut the broker connections every this many seconds.
         faults: faults workers inject into themselves (``"after_effect:0.02:kill"``).
         pause: seconds between two effects of a task (so kills land mid-task).
@@ -119,13 +119,14 @@ class Options:
         retry_after: the first execution of each task asks for a retry after this many effects.
         kill_with: what the faults do, in turn (see :data:`KILL_WITH`).
         target: the victim of a kill, shutdown or SIGSTOP: ``"any"`` worker, or ``"busy"``: one
-            running a task (its child, for ``child``).
+            running a task (its child, for ``child``); with none at a kill's moment, the next
+            moment is drawn.
         grace: seconds a warm shutdown (SIGTERM) may take before the worker is SIGKILLed.
-        store_pause: freeze the store's own redis-server (SIGSTOP) past the lease every this many
-            seconds, then resume it.
-        partition: every this many seconds, hold one busy worker's connections to the store's own
-            redis-server past the lease (each worker reaches it through a proxy of its own), then
-            release them.
+        store_pause: freeze the store's own redis-server (SIGSTOP) past the lease while a task
+            runs (the first time at once, then this many seconds after each freeze), then resume it.
+        partition: every this many seconds (the first time at once), hold one busy worker's
+            connections to the store's own redis-server past the lease (each worker reaches it
+            through a proxy of its own), then release them.
         late: ``"INDEX:SECONDS[:EVERY]"``: the first execution of tasks 1, 1 + EVERY... spends
             SECONDS in effect INDEX after its side effect.
         time_limit: the Dramatiq actors' time limit in seconds (0: ten minutes).
@@ -140,6 +141,9 @@ class Options:
         send: the tasks to send with ``app``, ``name(arguments...)`` templates used in turn.
         chord: Celery only: the tasks go out as chords of this many header tasks, each chord's
             callback one more task of one effect, keyed by the chord's group id (0: no chords).
+        reads: each effect reads its input from the store's Redis before its side effect and
+            writes its result there after it, with effectq off too (so a frozen or cut-off store
+            stalls a task wherever it is, as a stalled database would, effectq or not).
     """
 
     configuration: str = "celery-redis"
@@ -183,6 +187,7 @@ class Options:
     chord: int = 0
     app: str = ""
     send: tuple[str, ...] = ()
+    reads: bool = False
 
     @property
     def chords(self) -> int:
@@ -411,6 +416,8 @@ class Report:
             faults.append(f"visibility {o.broker_visibility:g}s")
         if o.faults:
             faults.append(f"injected {o.faults}")
+        if o.reads:
+            faults.append("each effect reads and writes the store's Redis")
         return ", ".join(faults) or "none"
 
     def render(self) -> str:
@@ -553,6 +560,7 @@ def run_chaos(options: Options, progress: Callable[[str], None] | None = None) -
             time_limit=options.time_limit,
             chord=options.chord,
             app=options.app,
+            reads=int(options.reads),
         )
         producer: Producer | UserProducer
         with _answering(broker_url, "the broker"):
@@ -703,6 +711,7 @@ class _Chaos:
         self.strikes = 0
         self.groups: dict[int, tuple[str, list[int]]] = {}  # callback task -> (its chord's group id, header)
         self.called_again: set[int] = set()  # the callbacks sent again (once each)
+        self.failed: list[int] = []  # tasks Celery gave up on (acked as failed), to send again
 
     def send(self, task_no: int, *, countdown: float = 0.0) -> None:
         o = self.options
@@ -718,12 +727,10 @@ class _Chaos:
             return now + seconds if seconds else float("inf")
 
         next_kill = now + self.rng.uniform(*o.kill_every) if o.kill_every else float("inf")
-        next_restart, next_stop, next_cut, next_freeze, next_partition = (
-            every(o.redis_restart),
-            every(o.sigstop),
-            every(o.cut),
-            every(o.store_pause),
-            every(o.partition),
+        next_restart, next_cut = every(o.redis_restart), every(o.cut)
+        # the first SIGSTOP, store freeze or partition comes with the first task in flight
+        next_stop, next_freeze, next_partition = (
+            now if s else float("inf") for s in (o.sigstop, o.store_pause, o.partition)
         )
         frozen_for = max(o.lease * 2, o.lease + 3.0)
         while len(self.finished) < o.units:
@@ -749,6 +756,7 @@ class _Chaos:
                 report.resent += len(unfinished)
                 last_event = now
             self._count(events)
+            self._resend_failed()
             if self.progress is not None and o.progress and now - last_line >= o.progress:
                 last_line = now
                 self.progress(self._progress_line(now))
@@ -770,7 +778,10 @@ class _Chaos:
                 kind = o.kill_with[self.strikes % len(o.kill_with)]
                 if self._fault(kind, alive, now):
                     self.strikes += 1
-                    next_kill = now + self.rng.uniform(*o.kill_every)
+                # No busy victim now: the next moment is drawn again. Waiting for one instead would
+                # strike each task as it starts, before its first effect: the last task, killed at
+                # every redelivery, never finished until the faults stopped.
+                next_kill = now + self.rng.uniform(*o.kill_every)
             frozen = [w for w in alive if self._busy(w)] if o.target == "busy" else alive
             if now >= next_stop and o.sigstop and frozen:
                 victim = self.rng.choice(frozen)
@@ -791,6 +802,7 @@ class _Chaos:
                 and self.server is not None
                 and o.store_pause
                 and not self.store_frozen_until
+                and any(self._busy(w) for w in alive)  # while effects are in flight
             ):
                 self.server.pause()
                 self.store_frozen_until = now + frozen_for
@@ -814,7 +826,33 @@ class _Chaos:
             proxy.release()
         if self.server is not None and self.store_frozen_until:
             self.server.resume()
+        if not report.timed_out:
+            self._drain()
         report.finished = len(self.finished)
+
+    def _drain(self) -> None:
+        """Wait (``stall`` seconds at most) for the executions still running when the last task
+        finished: a copy a frozen or cut-off worker resumes may still apply, and counts."""
+        deadline = time.monotonic() + self.options.stall
+        while True:
+            with _answering(self.options.redis_url, "Redis (the ledger)"):
+                events, self.cursor = self.ledger.events_since(self.cursor)
+            self._count(events)
+            if not any(_running(pid) for pid in self.running) or time.monotonic() >= deadline:
+                return
+            time.sleep(0.2)
+
+    def _resend_failed(self) -> None:
+        """Send again, at once, the unfinished tasks Celery gave up on: acked as failed (a solo
+        worker's cold shutdown raises into its task), nothing delivers them again, so an
+        application's reconciler would; without this they would wait for the stall."""
+        lost = [t for t in dict.fromkeys(self.failed) if t not in self.finished and not self.options.chord]
+        self.failed.clear()
+        if lost:
+            with _answering(self.producer.config.broker, "the broker"):
+                for task_no in lost:
+                    self.send(task_no)
+            self.report.resent += len(lost)
 
     def _resend_callbacks(self) -> None:
         """Send again the callbacks of chords whose header tasks all finished, in their chord's group.
@@ -865,6 +903,8 @@ class _Chaos:
                 report.wrong += 1
             elif kind == "time_limit":
                 report.time_limits += 1
+            elif kind == "failed":
+                self.failed.append(event["task"])
 
     def _tend(self, workers: list[WorkerProcess], idle: list[WorkerProcess], now: float) -> None:
         """Resume the paused, finish the shutdowns, restart the dead."""
@@ -1028,15 +1068,10 @@ def _reachable(url: str, what: str) -> None:
 
 
 def _stop_all(workers: list[WorkerProcess]) -> None:
-    """Ask every worker to stop at once (SIGTERM to each group), then wait for each in turn."""
+    """SIGKILL every worker's process group: the verdict is in, nothing is left to finish (a warm
+    shutdown would wait for whatever a worker still runs: a copy, a retry, a resent task)."""
     for worker in workers:
-        if worker.alive and worker.pid is not None:
-            if worker.paused:
-                worker.resume()
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(worker.pid, signal.SIGTERM)
-    for worker in workers:
-        worker.stop()
+        worker.kill()
 
 
 def _cleanup(producer: Producer | UserProducer) -> None:

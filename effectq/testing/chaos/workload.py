@@ -65,6 +65,10 @@ class WorkloadConfig:
         app: your Celery app or Dramatiq broker module (``module[:attribute]``), which
             :mod:`effectq.chaos.user` runs unchanged; ``""``: this module's tasks.
         queue_name: the queue the workers consume, when not the run's own (a Dramatiq actor's).
+        reads: 1: each effect reads its input from the store's Redis before its side effect
+            and writes its result there after it (with effectq off too, as a task reads the
+            order it charges and saves that it did), waiting as long as that Redis is frozen or
+            cut off: the stall a frozen or partitioned Redis puts a task into, wherever it is.
     """
 
     kind: str
@@ -86,6 +90,7 @@ class WorkloadConfig:
     chord: int = 0
     app: str = ""
     queue_name: str = ""
+    reads: int = 0
 
     def to_env(self) -> dict[str, str]:
         """The environment variables a worker process reads."""
@@ -227,8 +232,10 @@ def _linger(seconds: float) -> None:
 def _effect(config: WorkloadConfig, ledger: Ledger) -> Any:
     """The effect every task applies: guarded by effectq, or plain when it is off."""
     slow, late = _slow(config.slow), _slow(config.late)
+    data = _data(config)
 
     def side_effect(task_no: int, index: int, key: str = "", token: int = 0) -> str:
+        data(task_no, index, "")
         if slow is not None and index == slow[0] and task_no % slow[2] == 0 and ledger.arm(f"slow:{task_no}"):
             _linger(slow[1])
         value = ledger.apply(_identity(task_no, index), idempotency_key=key, token=token)
@@ -237,6 +244,7 @@ def _effect(config: WorkloadConfig, ledger: Ledger) -> Any:
             _linger(late[1])
         if config.inside:
             time.sleep(config.inside)
+        data(task_no, index, value)
         return value
 
     if config.effectq == "off":
@@ -255,6 +263,28 @@ def _effect(config: WorkloadConfig, ledger: Ledger) -> Any:
             raise
 
     return apply_guarded
+
+
+def _data(config: WorkloadConfig) -> Any:
+    """The task's data on the store's Redis: ``data(task, index, "")`` reads an effect's input,
+    ``data(task, index, value)`` saves its result (kept a minute); nothing without ``reads``.
+
+    The client has no socket timeout: a call sent to a frozen or cut-off Redis waits for its
+    answer, as a task's call into a stalled database does, instead of failing the task."""
+    if not config.reads:
+        return lambda task_no, index, value: None
+    import redis
+
+    client = redis.Redis.from_url(config.store)
+
+    def data(task_no: int, index: int, value: str) -> None:
+        key = f"{config.prefix}data:{task_no}:{index}"
+        if value:
+            client.set(key, value, ex=60)
+        else:
+            client.get(key)
+
+    return data
 
 
 def _store(config: WorkloadConfig) -> Any:
@@ -340,7 +370,19 @@ def _celery_app(config: WorkloadConfig, ledger: Ledger) -> Any:
 
     if config.chord:
         _chord_callback(celery_app, config, ledger, apply)
+    _note_failures(ledger)
     return celery_app
+
+
+def _note_failures(ledger: Ledger) -> None:
+    """Note ``failed`` when Celery gives a task up: it acks it, and nothing delivers it again."""
+    from celery import signals
+
+    def failed(sender: Any = None, args: Any = None, **_: Any) -> None:
+        if getattr(sender, "name", "") == "chaos.work" and args:
+            ledger.note("failed", task=args[0])
+
+    signals.task_failure.connect(failed, weak=False)
 
 
 def _chord_callback(celery_app: Any, config: WorkloadConfig, ledger: Ledger, apply: Any) -> None:
