@@ -165,8 +165,9 @@ def report(result: dict[str, Any]) -> str:
             table(["path", "system", "p50", "p95", "p99", "p50 / floor", "round trips per call"], rows),
             "",
             f"effectq / its floor at p50: first time {first:.2f}x (both writes acknowledged: the run's "
-            f"end reads the completion's reply), redelivered {replay:.2f}x (the claim that replays the "
-            "effect also brings the run's index, so the prefetch costs no round trip of its own).",
+            f"end reads the completion's reply), redelivered {replay:.2f}x (one round trip: the claim "
+            "finds the record completed and replays it; a run of one effect has no other record to "
+            "prefetch, and a run of more gets its index in that same reply).",
         ]
     )
 
