@@ -48,20 +48,7 @@ def redis_server(url: str | None = None) -> Iterator[str]:
     cpus = pinning()
     with tempfile.TemporaryDirectory() as scratch:
         proc = subprocess.Popen(
-            (["taskset", "-c", str(cpus[1])] if cpus else [])
-            + [
-                "redis-server",
-                "--port",
-                str(port),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--dir",
-                scratch,
-            ],
+            (["taskset", "-c", str(cpus[1])] if cpus else []) + server_command(port, scratch),
             stdout=subprocess.DEVNULL,
         )
         try:
@@ -82,6 +69,12 @@ def redis_server(url: str | None = None) -> Iterator[str]:
 
 _server_cpu: int | None = None
 """The CPU our own redis-server runs on, while it runs."""
+
+
+def server_command(port: int, scratch: str) -> list[str]:
+    """A redis-server of the benchmarks' own: loopback only, nothing kept on disk."""
+    loopback = ["--port", str(port), "--bind", "127.0.0.1"]
+    return ["redis-server", *loopback, "--save", "", "--appendonly", "no", "--dir", scratch]
 
 
 @contextlib.contextmanager

@@ -12,7 +12,8 @@ reply read as the task ends; the worst case), and with effects whose side
 effect takes 2 ms and 10 ms each (a fast internal API; real ones often take
 tens of milliseconds). Beside it, what one round trip costs back to back and
 right after the client slept as long: the claim after an effect is such a
-round trip.
+round trip. Then the common task, one effect that does nothing, under each layer: effectq, the
+floor's two SETs, and no layer.
 
     python bench/e2e.py [--tasks 600] [--redis-url URL]
 """
@@ -50,10 +51,11 @@ PREFORK = ("--pool", "prefork", "--concurrency", "2")
 
 
 def _worker(
-    url: str, queue: str, layer: str, work_ms: float, pool: tuple[str, ...]
+    url: str, queue: str, layer: str, work_ms: float, pool: tuple[str, ...], effects: int
 ) -> subprocess.Popen[bytes]:
     env = {
         **os.environ,
+        "EFFECTQ_BENCH_EFFECTS": str(effects),
         "EFFECTQ_BENCH_WORK_MS": str(work_ms),
         "EFFECTQ_BENCH_URL": url,
         "EFFECTQ_BENCH_LAYER": layer,
@@ -130,6 +132,10 @@ def measure(url: str, tasks: int, rounds: int = 3) -> dict[str, Any]:
             for ms in (0.0, 2.0, 10.0)
         },
         "prefork": _measure(url, tasks, rounds, 0.0, PREFORK, every),
+        "one effect": {
+            pool: _measure(url, tasks, rounds, 0.0, flags, ("none", "effectq", "floor"), effects=1)
+            for pool, flags in (("solo", SOLO), ("prefork, 2", PREFORK))
+        },
         "wake": _wake_up(url),
     }
 
@@ -158,12 +164,18 @@ def _wake_up(url: str, samples: int = 200) -> dict[float, float]:
 
 
 def _measure(
-    url: str, tasks: int, rounds: int, work_ms: float, pool: tuple[str, ...], layers: tuple[str, ...]
+    url: str,
+    tasks: int,
+    rounds: int,
+    work_ms: float,
+    pool: tuple[str, ...],
+    layers: tuple[str, ...],
+    effects: int = 3,
 ) -> dict[str, float]:
     """tasks/s of each layer (see e2e_app), each on its own worker, batches interleaved."""
     tag = uuid.uuid4().hex[:6]
     queues = {layer: f"{layer}-{tag}" for layer in layers}
-    workers = {layer: _worker(url, queue, layer, work_ms, pool) for layer, queue in queues.items()}
+    workers = {layer: _worker(url, queue, layer, work_ms, pool, effects) for layer, queue in queues.items()}
     rates: dict[str, list[float]] = {layer: [] for layer in layers}
     try:
         for layer in layers:  # warm up: imports, connections, scripts
@@ -201,54 +213,75 @@ def report(r: dict[str, Any]) -> str:
         ratio = rates["effectq"] / rates["none"]
         task = "effects that do nothing"
         rows.append(("prefork, 2", task, rates["none"], rates["effectq"], ratio, cost, "—"))
-    layers = []
-    for pool, rates in (("solo", r["work"][0.0]), ("prefork, 2", r.get("prefork"))):
-        for layer, rate in (rates or {}).items():
-            mine = rates["effectq"] / rate
-            layers.append((pool, LABELS[layer], rate, rate / rates["none"], "—" if layer == "none" else mine))
-    return "\n".join(
-        [
-            f"### End to end: a Celery task with three effects, Redis broker, one worker "
-            f"({r['tasks']} tasks per figure, median of rounds)",
+    layers = _layers(("solo", r["work"][0.0]), ("prefork, 2", r.get("prefork")))
+    out = [
+        f"### End to end: a Celery task with three effects, Redis broker, one worker "
+        f"({r['tasks']} tasks per figure, median of rounds)",
+        "",
+        table(
+            [
+                "pool",
+                "task",
+                "without effectq, tasks/s",
+                "with effectq, tasks/s",
+                "ratio",
+                "effectq µs/task",
+                "ratio at best, one round trip per effect",
+            ],
+            rows,
+        ),
+        "",
+        "One redis-py GET (p50 µs): "
+        + ", ".join(
+            f"{us:.0f} {'back to back' if not gap else f'after {gap:g} ms asleep'}"
+            for gap, us in r["wake"].items()
+        )
+        + ". Each effect waits for one round trip, its claim, before it runs; its completion is"
+        " written as it returns and answered with the next claim, and the last one when the task"
+        ' ends. "At best" is the ratio a layer would reach that added to the task only one such'
+        " GET per effect, after as long a wait, and nothing else: what any layer that makes sure"
+        " of its claim before the side effect cannot beat. A prefork pool of two processes"
+        " keeps both cores busy: there what counts is the CPU each task costs, in the worker"
+        " and in Redis, and effectq's µs/task is wall time per task at that pace.",
+        "",
+        "The same task with effects that do nothing, each layer on its own worker, in the same"
+        " rounds: a layer that records its claim and its result, and no more, and what users"
+        " pick today.",
+        "",
+        table(["pool", "layer", "tasks/s", "ratio to no layer", "effectq / layer"], layers),
+        "",
+        'The floor layer is the issue\'s "floor" per effect in the task: `SET key NX` before the'
+        " function, `SET key result` after it, two redis-py round trips, with nothing of what"
+        " makes effectq safe (no fencing token, no lease renewal, no unknown after a crash)."
+        " Powertools' first-time path is as many round trips, with more Python.",
+    ]
+    if "one effect" in r:
+        out += [
+            "",
+            f"### End to end: a Celery task with one effect that does nothing ({r['tasks']} tasks per"
+            " figure, median of rounds)",
             "",
             table(
-                [
-                    "pool",
-                    "task",
-                    "without effectq, tasks/s",
-                    "with effectq, tasks/s",
-                    "ratio",
-                    "effectq µs/task",
-                    "ratio at best, one round trip per effect",
-                ],
-                rows,
+                ["pool", "layer", "tasks/s", "ratio to no layer", "effectq / layer"],
+                _layers(*r["one effect"].items()),
             ),
             "",
-            "One redis-py GET (p50 µs): "
-            + ", ".join(
-                f"{us:.0f} {'back to back' if not gap else f'after {gap:g} ms asleep'}"
-                for gap, us in r["wake"].items()
-            )
-            + ". Each effect waits for one round trip, its claim, before it runs; its completion is"
-            " written as it returns and answered with the next claim, and the last one when the task"
-            ' ends. "At best" is the ratio a layer would reach that added to the task only one such'
-            " GET per effect, after as long a wait, and nothing else: what any layer that makes sure"
-            " of its claim before the side effect cannot beat. A prefork pool of two processes"
-            " keeps both cores busy: there what counts is the CPU each task costs, in the worker"
-            " and in Redis, and effectq's µs/task is wall time per task at that pace.",
-            "",
-            "The same task with effects that do nothing, each layer on its own worker, in the same"
-            " rounds: a layer that records its claim and its result, and no more, and what users"
-            " pick today.",
-            "",
-            table(["pool", "layer", "tasks/s", "ratio to no layer", "effectq / layer"], layers),
-            "",
-            'The floor layer is the issue\'s "floor" per effect in the task: `SET key NX` before the'
-            " function, `SET key result` after it, two redis-py round trips, with nothing of what"
-            " makes effectq safe (no fencing token, no lease renewal, no unknown after a crash)."
-            " Powertools' first-time path is as many round trips, with more Python.",
+            "The task most Celery tasks are: one side effect. effectq waits for its claim, writes its"
+            " completion as the effect returns and reads that reply as the task ends, before the"
+            " task is acknowledged; the floor layer waits for its two SETs.",
         ]
-    )
+    return "\n".join(out)
+
+
+def _layers(*pools: tuple[str, dict[str, float] | None]) -> list[tuple[object, ...]]:
+    """Rows of (pool, layer, tasks/s, ratio to no layer, effectq / layer)."""
+    rows: list[tuple[object, ...]] = []
+    for pool, rates in pools:
+        for layer, rate in (rates or {}).items():
+            assert rates is not None
+            mine = "—" if layer == "none" else rates["effectq"] / rate
+            rows.append((pool, LABELS[layer], rate, rate / rates["none"], mine))
+    return rows
 
 
 def main() -> None:

@@ -1,4 +1,4 @@
-"""The Celery app bench/e2e.py runs in a real worker: one task, three effects.
+"""The Celery app bench/e2e.py runs in a real worker: one task, three effects (or the first one).
 
 EFFECTQ_BENCH_URL names the Redis (store in db 0, broker in db 1);
 EFFECTQ_BENCH_LAYER says what guards each effect:
@@ -31,10 +31,15 @@ LAYER = os.environ.get("EFFECTQ_BENCH_LAYER", "none")
 QUEUE = os.environ.get("EFFECTQ_BENCH_QUEUE", "bench")
 WORK = float(os.environ.get("EFFECTQ_BENCH_WORK_MS", "0")) / 1000
 """How long each effect's side effect takes (an API call, say); 0: the effects do nothing."""
+EFFECTS = int(os.environ.get("EFFECTQ_BENCH_EFFECTS", "3"))
+"""How many effects the task runs: 3 (reserve, charge, notify), or 1 (charge alone: most tasks
+do one side effect)."""
 
 LAYERS = ("none", "effectq", "floor", "powertools")
 if LAYER not in LAYERS:
     raise SystemExit(f"EFFECTQ_BENCH_LAYER must be one of {', '.join(LAYERS)}, not {LAYER!r}")
+if EFFECTS not in (1, 3):
+    raise SystemExit(f"EFFECTQ_BENCH_EFFECTS must be 1 or 3, not {EFFECTS}")
 
 app = Celery("e2e", broker=URL.rsplit("/", 1)[0] + "/1")
 app.conf.task_acks_late = True
@@ -118,9 +123,12 @@ if LAYER in GUARDS:
 
 @app.task(name="bench.fulfil")
 def fulfil(order: int, batch: int) -> int:
-    reserve(order)
-    charge(order)
-    notify(order)
+    if EFFECTS == 1:
+        charge(order)
+    else:
+        reserve(order)
+        charge(order)
+        notify(order)
     if counter.incr(f"{QUEUE}:done") == batch:  # the batch's last task: the sender stops its clock
         counter.rpush(f"{QUEUE}:finished", order)
     return order

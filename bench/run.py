@@ -28,6 +28,7 @@ import e2e
 import encoder
 import latency
 import memory
+import one_effect
 import pieces
 import redelivery
 from common import RESULTS, cleanup, machine, pinned, redis_server
@@ -71,6 +72,7 @@ SIZES: dict[str, dict[str, Any]] = {
 
 STEPS = (
     "latency",
+    "one effect",
     "pieces",
     "async latency",
     "redelivery",
@@ -193,6 +195,9 @@ def main(argv: list[str] | None = None) -> int:
             with progress.step("latency"):
                 lat = latency.measure(url, size["latency"])
                 cleanup(url, *lat["cleanup"])
+            with progress.step("one effect"):  # in a process of its own, pinned as this one
+                one = one_effect.measure(url, size["latency"])
+                cleanup(url, *one["cleanup"])
             with progress.step("pieces"):
                 parts = pieces.measure(url, size["latency"])
                 cleanup(url, *parts["cleanup"])
@@ -216,6 +221,8 @@ def main(argv: list[str] | None = None) -> int:
         f"Machine: {where}.",
         "",
         latency.report(lat),
+        "",
+        one_effect.report(one),
         "",
         async_latency.report(alat),
         "",

@@ -40,4 +40,4 @@ def test_a_line_when_each_step_starts_and_while_it_runs() -> None:
 
 
 def test_every_step_of_the_run_is_named() -> None:
-    assert len(STEPS) == len(set(STEPS)) == 8
+    assert len(STEPS) == len(set(STEPS)) == 9

@@ -26,6 +26,7 @@ def test_benchmarks_run_and_report(tmp_path: Path) -> None:
     report = (tmp_path / "latest.md").read_text()
     for section in (
         "Latency of one effect",
+        "A task with one effect",
         "Where the time goes",
         "redelivered task",
         "Contention",

@@ -22,7 +22,8 @@ KEYS[4] (default keys only) the run's index of completed records (see complete.l
 ARGV[1] lease, ms
 ARGV[2] owner: unique per call; a retried claim with the same owner gets its grant back
 ARGV[3] flags: "r" may reconcile an unknown, "s" replay safe, "f" reconcile before a first run,
-        "i" on a completed record, also return the run's index (a redelivery prefetches the rest)
+        "i" on a completed record, also return the run's index when it lists any record but
+        this one (a redelivery prefetches the rest; a run of one effect has none to prefetch)
 ARGV[4] the identity, as a grant writes it to h: effect name \n run id \n effect key \n input hash
         (or "")
 ARGV[5] retention of a pending or parked record, ms
@@ -30,8 +31,8 @@ ARGV[6] max attempts: a dispatch that would start execution number max + 1 parks
         instead (status f, kept for the retention, its last error kept); 0 or absent: no cap
 
 Reply: a completed record is the packed string itself, as a bulk string (the caller reads it:
-a replay costs the server one GET); with the "i" flag {packed, run index}. Else, by the first
-element:
+a replay costs the server one GET); with the "i" flag and an index of more than this record,
+{packed, run index}. Else, by the first element:
    1 CLAIMED    {1, token, attempt, status, error}  the caller holds a dispatched claim: execute
                 (error: why an unknown is being re-run, when replay_safe re-dispatched it)
    3 IN_FLIGHT  {3, token, attempt, status, remaining lease ms, holder}
@@ -55,21 +56,25 @@ local rec = KEYS[1]
 local packed = redis.pcall('GET', rec)
 if type(packed) == 'string' then
   if KEYS[4] and string.find(ARGV[3], 'i', 1, true) then
-    return {packed, redis.call('GET', KEYS[4])}
+    local index = redis.call('GET', KEYS[4]) -- 16 bytes a record
+    if index and #index > 16 then return {packed, index} end
   end
   return packed
 end
 if not packed then
   -- a free key (a first run): the same grant as fresh_claim(now, 0, true) below, whose m
-  -- would only repeat c
+  -- would only repeat c. Its numbers go to Redis as strings, each made once: Redis formats
+  -- every number a script passes it with a printf of its own.
   local clock = redis.call('TIME')
-  local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
-  local status, att = 'd', 1
-  if string.find(ARGV[3], 'f', 1, true) then status, att = 'p', 0 end
-  redis.call('HSET', rec, 's', status, 't', now, 'a', att, 'x', now + tonumber(ARGV[1]), 'o', ARGV[2],
-    'h', ARGV[4], 'c', now)
+  local stamp = clock[1] .. string.sub('00000' .. clock[2], -6, -4) -- ms: seconds, then ms digits
+  local now = tonumber(stamp)
+  local lease_end = tostring(now + tonumber(ARGV[1]))
+  local status, att, attempts = 'd', 1, '1'
+  if string.find(ARGV[3], 'f', 1, true) then status, att, attempts = 'p', 0, '0' end
+  redis.call('HSET', rec, 's', status, 't', stamp, 'a', attempts, 'x', lease_end, 'o', ARGV[2],
+    'h', ARGV[4], 'c', stamp)
   if status == 'p' then redis.call('PEXPIRE', rec, ARGV[5]) end
-  redis.call('ZADD', KEYS[2], now + tonumber(ARGV[1]), rec)
+  redis.call('ZADD', KEYS[2], lease_end, rec)
   if status == 'p' then return {5, now, att, status, ''} end
   return {1, now, att, status, ''}
 end

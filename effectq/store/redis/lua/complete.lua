@@ -34,7 +34,7 @@ local s = r[1]
 if not s or r[2] ~= ARGV[1] then return 0 end
 if s ~= 'd' and s ~= 'p' and s ~= 'u' then return 0 end
 local clock = redis.call('TIME')
-local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+local now = clock[1] .. string.sub('00000' .. clock[2], -6, -4) -- ms, as digits: no number to format
 local name, run, key, ihash
 if r[5] then name, run, key, ihash = string.match(r[5], '^([^\n]*)\n([^\n]*)\n([^\n]*)\n([^\n]*)$') end
 if not name then -- the identity as fields of their own (records written before h)
