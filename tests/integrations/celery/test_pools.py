@@ -2,18 +2,20 @@
 
 effectq renews leases from one heartbeat thread per process. On the threads pool (and
 prefork, solo) it is an OS thread: it renews while an effect computes, since the
-interpreter switches threads. Under the gevent pool, whose monkey patching makes threads
-greenlets, it renews only when the running greenlet yields to the hub: an effect that sleeps
-or does I/O keeps its lease; one that holds the CPU past its lease lets it lapse. Another
-caller of the key then finds the effect in doubt (``OutcomeUnknown``: never a second run),
-and the holder's late completion, under the token nobody took over, is still recorded.
+interpreter switches threads. Under the gevent and eventlet pools, whose monkey patching
+makes threads greenlets, it renews only when the running greenlet yields to the hub: an
+effect that sleeps or does I/O keeps its lease; one that holds the CPU past its lease lets
+it lapse. Another caller of the key then finds the effect in doubt (``OutcomeUnknown``:
+never a second run), and the holder's late completion, under the token nobody took over,
+is still recorded.
 
-The workers run :mod:`tests.support.pools_app` on RabbitMQ (gevent on the Redis broker never
-restores a dead worker's messages: see :mod:`effectq.celery.checks`), with a lease of 1 s.
+The workers run :mod:`tests.support.pools_app` on RabbitMQ (a green pool on the Redis broker
+never restores a dead worker's messages: see :mod:`effectq.celery.checks`), with a lease of 1 s.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import uuid
 from collections.abc import Callable, Iterator
@@ -117,13 +119,16 @@ def hold(task_no: int, mode: str, release: str) -> str:
     raise AssertionError("a second execution of pools.hold")
 
 
-def test_gevent_renews_a_yielding_effect_and_lets_a_cpu_bound_one_lapse(
-    make_pool: Callable[[str], Pool],
+@pytest.mark.parametrize("green", ["gevent", "eventlet"])
+def test_green_pool_renews_a_yielding_effect_and_lets_a_cpu_bound_one_lapse(
+    make_pool: Callable[[str], Pool], green: str
 ) -> None:
-    """gevent pool, lease 1 s. An effect that sleeps keeps its lease past the first second. One that
-    spins without yielding lets it lapse: another caller meets OutcomeUnknown (the effect does not run
-    twice), the holder sees no lost lease, and its late completion lands; later calls replay it."""
-    pool = make_pool("gevent")
+    """gevent or eventlet pool, lease 1 s. An effect that sleeps keeps its lease past the first second.
+    One that spins without yielding lets it lapse: another caller meets OutcomeUnknown (the effect does
+    not run twice), the holder sees no lost lease, and its late completion lands; later calls replay it."""
+    if importlib.util.find_spec(green) is None:  # not imported here: importing eventlet warns
+        pytest.skip(f"{green} is not installed")
+    pool = make_pool(green)
 
     io_key = pool.send(1, "io")
     pool.renewed_past_first_lease(io_key)  # the heartbeat greenlet ran while the effect slept
