@@ -25,6 +25,9 @@ RABBITMQ_CONSUMER_TIMEOUT = 1800.0
 closes the channel and the message is delivered again, while the task still runs."""
 
 _VISIBILITY_TRANSPORTS = ("redis", "rediss", "sqs", "sentinel")
+_RESTORING_TRANSPORTS = ("redis", "rediss", "sentinel")
+"""The transports whose client (kombu), not the server, puts unacked messages back past the
+visibility timeout: SQS makes them visible again itself."""
 
 
 def check(
@@ -95,7 +98,7 @@ def check(
                 f"runs out."
             )
         green = _pool_name(pool if pool is not None else conf.worker_pool)
-        if green in _GREEN_POOLS:
+        if green in _GREEN_POOLS and transport in _RESTORING_TRANSPORTS:
             problems.append(
                 f"the {green} pool runs no event loop, and kombu's {transport} transport restores unacked "
                 f"messages past visibility_timeout only from one (unacked_restore_interval): an idle {green} "

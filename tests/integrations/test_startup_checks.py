@@ -163,8 +163,8 @@ def test_a_green_pool_on_the_redis_broker_is_named_at_worker_start(
     pool: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A gevent or eventlet worker on the Redis broker is warned, when it starts, that it never restores
-    unacked messages (kombu does that from an event loop those pools do not run); RabbitMQ and the
-    other pools are not."""
+    unacked messages (kombu does that from an event loop those pools do not run); RabbitMQ, SQS (whose
+    server makes an unacked message visible again) and the other pools are not."""
     app = _celery_app()
     app.conf.broker_url = "redis://127.0.0.1:6379/0"
     app.conf.broker_transport_options = {"visibility_timeout": 1200}
@@ -178,8 +178,9 @@ def test_a_green_pool_on_the_redis_broker_is_named_at_worker_start(
     (warning,) = [r.getMessage() for r in caplog.records if "restores unacked" in r.getMessage()]
     assert f"the {pool} pool runs no event loop" in warning and "never restores them" in warning
     assert effectq.celery.check(app, pool="celery.concurrency.gevent:TaskPool") != effectq.celery.check(app)
-    app.conf.broker_url = "amqp://guest:guest@127.0.0.1:5672//"
-    assert not [p for p in effectq.celery.check(app, pool=pool) if "restores unacked" in p]
+    for url in ("amqp://guest:guest@127.0.0.1:5672//", "sqs://"):  # SQS makes messages visible itself
+        app.conf.broker_url = url
+        assert not [p for p in effectq.celery.check(app, pool=pool) if "restores unacked" in p], url
 
 
 @pytest.mark.slow
