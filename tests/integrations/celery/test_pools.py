@@ -154,10 +154,11 @@ def test_green_pool_renews_a_yielding_effect_and_lets_a_cpu_bound_one_lapse(
     assert not pool.ledger.events("failed")
 
 
-def test_threads_pool_renews_a_cpu_bound_effect(make_pool: Callable[[str], Pool]) -> None:
-    """threads pool, lease 1 s: the heartbeat is an OS thread, so an effect spinning on the CPU
-    keeps its lease past the first second and completes under its own token."""
-    pool = make_pool("threads")
+@pytest.mark.parametrize("kind", ["threads", "prefork"])
+def test_threads_and_prefork_renew_a_cpu_bound_effect(make_pool: Callable[[str], Pool], kind: str) -> None:
+    """threads or prefork pool, lease 1 s: the heartbeat is an OS thread (a prefork child's own), so an
+    effect spinning on the CPU keeps its lease past the first second and completes under its token."""
+    pool = make_pool(kind)
     key = pool.send(1, "cpu")
     token = pool.record(key).token
     pool.renewed_past_first_lease(key)
