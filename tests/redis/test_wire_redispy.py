@@ -59,6 +59,16 @@ def test_writer_of_writes_without_awaiting(redis_url: str) -> None:
     asyncio.run(main())
 
 
+def test_connections_take_an_attribute_of_the_wire_s_own() -> None:
+    """The wire notes on each connection which scripts it had Redis load there (posted.py)."""
+    from effectq.store.redis.wire.posted import ScriptCache
+
+    cache, link = ScriptCache(), object()
+    for conn in (redis.Connection(), redis.asyncio.Connection()):
+        assert cache.ahead(conn, link, "f" * 40, "return 1").startswith(b"*3\r\n$6\r\nSCRIPT\r\n")
+        assert cache.ahead(conn, link, "f" * 40, "return 1") == b""
+
+
 def test_a_default_client_gets_both_wires(redis_url: str) -> None:
     """Every setting this redis-py's pool holds by default is one the asyncio wire carries over or
     leaves out: a client made the usual way gets the sync and the async wire."""

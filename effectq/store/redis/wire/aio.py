@@ -31,7 +31,7 @@ from typing import Any
 from ..errors import mark_unsent as _unsent
 from .frames import command as _command
 from .frames import frame as frame_script
-from .posted import MAX_PENDING, OnReply, Pending, deliver_all, deliver_each, ordinary
+from .posted import MAX_PENDING, OnReply, Pending, deliver_all, deliver_each, ignore, ordinary
 from .redispy import async_settings, writer_of
 from .sync import Lane
 
@@ -97,6 +97,7 @@ class AsyncLane:
         import redis
 
         self._lane = lane
+        self._scripts = lane.scripts  # the same server's cache
         self._class = connection_class
         self._settings = settings
         self._keep = keep
@@ -163,6 +164,8 @@ class AsyncLane:
         nothing, when the script is better sent the usual way: no task, no idle
         connection at hand, or as many tasks owing replies on this loop as the lane
         keeps connections (thousands of tasks must not hold thousands of connections).
+        The first post of ``sha`` on a connection writes ``SCRIPT LOAD`` ahead of it, as
+        :meth:`Lane.send_pipelined` does.
         """
         loop = asyncio.get_running_loop()
         task = asyncio.current_task(loop)
@@ -188,14 +191,17 @@ class AsyncLane:
         frame = frame_script(sha, keys, args)
         if held is None:
             del idle[-1]  # off the stack before a byte is written (no call: nothing lands between)
-        try:
-            writer.write(frame)
+        try:  # a load noted but not written is on a transport aborted: never written on again
+            load = self._scripts.ahead(conn, writer, sha, source)
+            writer.write(load + frame)
         except BaseException as exc:
             writer.transport.abort()  # a frame maybe cut short must reach no other script
             if ordinary(exc):
                 return False  # the usual way finds out what is wrong
             raise  # a time limit is the task's; a connection held is found closed when next read
-        pending += ((on_reply, frame, source),)  # no call: the reply is pending before anyone can read it
+        if load:  # no call: the reply is pending before anyone can read it
+            pending += ((ignore, load, source),)
+        pending += ((on_reply, frame, source),)
         if held is None:
             owing.setdefault(task, {})[self] = (conn, pending)
         return True
@@ -271,6 +277,7 @@ class AsyncLane:
         loaded and ``frame`` sent again."""
         if not isinstance(reply, self._noscript):
             return reply
+        self._scripts.missed()
         loaded = await self._send(conn, _command(b"SCRIPT", b"LOAD", source))
         if isinstance(loaded, self._response_error):
             raise loaded

@@ -17,7 +17,9 @@ A script whose reply can wait (an effect's completion, whose outcome the caller
 does not see) is *pipelined*: written at once, its reply left pending, read by
 the same thread's next exchange on the wire, which writes behind it on the same
 connection, or by :func:`flush_pending` (a run's end). Redis runs it when it
-arrives, as it would any command; only the wait for its reply is gone. A
+arrives, as it would any command; only the wait for its reply is gone (a script
+Redis may not hold yet is loaded ahead of it in the same write: see
+:mod:`.posted`). A
 connection with pending replies belongs to that thread alone: it is never on a
 stack, never handed back to the pool, and never written on once its socket
 changed (a reply pending on one socket can come on no other).
@@ -35,7 +37,7 @@ from typing import Any
 from ..errors import mark_unsent as _unsent
 from .frames import command as _command
 from .frames import frame as frame_script
-from .posted import MAX_PENDING, OnReply, Pending, deliver_all, deliver_each, ordinary
+from .posted import MAX_PENDING, OnReply, Pending, ScriptCache, deliver_all, deliver_each, ignore, ordinary
 from .redispy import protect_connection as _protect_connection
 from .redispy import socket_of
 
@@ -93,6 +95,7 @@ class Lane:
         self._response_error = redis.ResponseError
         self._noscript = redis.exceptions.NoScriptError
         self._connection_error = redis.ConnectionError
+        self.scripts = ScriptCache()
         self._local = threading.local()
         """Per thread: ``conn``, a connection owing replies to posts; ``pending``, their settles; and
         ``sock``, the socket they were written on, the only one they can come on."""
@@ -145,9 +148,12 @@ class Lane:
         """``EVALSHA`` written now; ``settle`` gets its reply when this thread reads it.
 
         That is at this thread's next exchange on the lane, which writes behind it
-        on the same connection, or at :meth:`flush`. A NOSCRIPT reply is
-        answered by loading the script and running it again before it is settled;
-        a reply that cannot be read settles as the exception that stopped it.
+        on the same connection, or at :meth:`flush`. The first post of ``sha`` on a
+        connection (since it connected, or since the lane met NOSCRIPT) writes
+        ``SCRIPT LOAD source`` ahead of it, so that Redis runs it as it reads it. A
+        NOSCRIPT reply all the same (the cache flushed since) is answered by loading
+        the script and running it again before it is settled; a reply that cannot be
+        read settles as the exception that stopped it.
         Returns False, having settled nothing, when the script could not be written
         (no connection could be had, or the write failed: the caller runs it the
         usual way; whatever was pending on that connection is settled with the error).
@@ -170,11 +176,13 @@ class Lane:
             if held is None:
                 conn, kind = self._take()
                 self._ready(conn, kind)
-                self._write(conn, frame)
+                load = self.scripts.ahead(conn, socket_of(conn), sha, source)
+                self._write(conn, load + frame)
             else:  # taken from the thread's hands before anything can fail
                 conn, pending, sock = held, local.pending, local.sock
                 local.conn, local.pending, local.sock = None, [], None
-                self._write_behind(conn, frame, sock)
+                load = self.scripts.ahead(conn, sock, sha, source)
+                self._write_behind(conn, load + frame, sock)
             sock = socket_of(conn)
         except BaseException as exc:
             if conn is not None:
@@ -186,7 +194,9 @@ class Lane:
             if ordinary(exc):
                 return False
             raise
-        pending += ((on_reply, frame, source),)  # no call from here on: nothing can land in between
+        if load:  # no call from here on: nothing can land in between
+            pending += ((ignore, load, source),)
+        pending += ((on_reply, frame, source),)
         local.conn, local.pending, local.sock = conn, pending, sock
         return True
 
@@ -249,6 +259,7 @@ class Lane:
         """``answer``; or, if NOSCRIPT, the answer once the script is loaded and ``frame`` sent again."""
         if not self._unloaded(answer, pair):
             return answer
+        self.scripts.missed()
         self._send(conn, _command(b"SCRIPT", b"LOAD", source))
         return (self._send_pair if pair else self._send)(conn, frame)
 
