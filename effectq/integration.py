@@ -11,6 +11,8 @@
   its recorded return value back and the body does not run.
 * :func:`log_finished`: the line an operator reads when a redelivered or retried
   task short-circuited effects.
+* :data:`STOPS_TASK` and :func:`stopped`: the errors that fail a task for good, never
+  retried by its retry policy, and the copy of one a result backend keeps.
 """
 
 from __future__ import annotations
@@ -26,11 +28,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from .effect import Effect, effect
-from .errors import ConfigurationError
+from .errors import AttemptsExhausted, ConfigurationError, EffectqError, OutcomeUnknown, RecordedFailure
 from .runs import Run
 from .store.base import Store
 
 __all__ = [
+    "STOPS_TASK",
     "RunIdSpec",
     "StoreSource",
     "TaskEffectSpec",
@@ -38,6 +41,7 @@ __all__ = [
     "listed",
     "log_finished",
     "run_id_for",
+    "stopped",
     "task_effect",
     "task_key",
 ]
@@ -55,6 +59,13 @@ name and the :class:`TaskRequest`."""
 TaskEffectSpec = bool | Mapping[str, Any] | None
 """Whether a whole task is an effect: ``True``, or a mapping of :func:`effectq.effect`
 options (``lease``, ``wait``, ``retention``, ``replay_safe``, ``result_type``...)."""
+
+STOPS_TASK: tuple[type[EffectqError], ...] = (OutcomeUnknown, AttemptsExhausted, RecordedFailure)
+"""The errors that stop a task: it fails once and its retry policy (Celery's ``autoretry_for``
+or ``self.retry``, Dramatiq's Retries) does not retry it, since a retry would only raise the
+same error again at once. An operator must act first: settle an unknown outcome, or reset a
+parked key (its attempts ran out, or it recorded a terminal failure); each error's message
+names the key and the command."""
 
 _UNSAFE_NAME = re.compile(r"[^A-Za-z0-9_.\-/@+]")
 
@@ -298,6 +309,12 @@ def log_finished(run: Run, what: str, *, redelivered: bool) -> None:
         log_delivery.debug(
             "effectq %s (run %s): %d executed, %d failed", what, run.id, stats.executed, stats.failed
         )
+
+
+def stopped(exc: EffectqError) -> EffectqError:
+    """A fresh copy of a :data:`STOPS_TASK` error, made from its arguments: without the stored
+    record, the cause or the traceback, as a result backend keeps and rebuilds it."""
+    return type(exc)(*exc.args)
 
 
 def listed(names: list[str]) -> str:

@@ -8,9 +8,9 @@ Two mechanisms, each where Celery is reliable:
   never see another task's run.
 * Each task's ``run`` is wrapped once, inside Celery's own ``autoretry_for``
   wrapper (the way Celery wraps it), so :class:`~effectq.InProgress` becomes a
-  retry with a countdown and :class:`~effectq.OutcomeUnknown` a failure that is
-  not retried; a task declared with ``effectq_task=True`` runs its body as one
-  effect.
+  retry with a countdown and :class:`~effectq.OutcomeUnknown` (like each error of
+  :data:`~effectq.integration.STOPS_TASK`: a parked key too) a failure that is not
+  retried; a task declared with ``effectq_task=True`` runs its body as one effect.
 
 The store and the options come from :func:`install`'s arguments, else from the app's
 configuration (``effectq_url``, ``effectq_namespace``... read the way Celery reads its own
@@ -36,8 +36,8 @@ from typing import Any, NamedTuple
 from celery import bootsteps
 
 from .._runtime.leases import heartbeat
-from ..errors import ConfigurationError, InProgress, OutcomeUnknown
-from ..integration import StoreSource, TaskRequest, log_finished, run_id_for, task_effect
+from ..errors import ConfigurationError, EffectqError, InProgress
+from ..integration import STOPS_TASK, StoreSource, TaskRequest, log_finished, run_id_for, stopped, task_effect
 from ..options import seconds
 from ..runs import Run, RunScope
 from ..runs import run as bind_run
@@ -368,8 +368,8 @@ def _guarded(installation: Installation, task: Any, inner: Callable[..., Any]) -
             return inner(*args, **kwargs)
         except InProgress as exc:
             raise _retry_in_progress(installation, task, exc) from exc
-        except OutcomeUnknown as exc:
-            raise _fail_unknown(task, exc) from exc
+        except STOPS_TASK as exc:
+            raise _stop(task, exc) from exc
 
     run.__effectq_inner__ = inner  # type: ignore[attr-defined]
     return run
@@ -397,27 +397,23 @@ def _retry_in_progress(installation: Installation, task: Any, exc: InProgress) -
     return retry
 
 
-def _fail_unknown(task: Any, exc: OutcomeUnknown) -> BaseException:
-    """Record the task as failed with the OutcomeUnknown, and stop: never retry it in a loop."""
+def _stop(task: Any, exc: EffectqError) -> BaseException:
+    """Record the task as failed with ``exc`` (one of ``STOPS_TASK``), and stop: never retry it
+    in a loop, since an operator must act first."""
     from celery.exceptions import Ignore
 
     request = task.request
     log_unknown.error(
-        "effectq task %s[%s] stopped: effect %s may have applied (key %s; %s). It is not retried; "
-        "settle it with `effectq resolve` or give the effect a reconcile hook, then send the task again.",
+        "effectq task %s[%s] stopped and is not retried: %s. Send the task again once that is done.",
         task.name,
         request.id,
-        exc.name,
-        exc.key,
-        exc.reason or "outcome unknown",
+        str(exc).rstrip("."),
     )
-    # A fresh one, without the record and the traceback: what a result backend keeps and rebuilds.
-    recorded = OutcomeUnknown(exc.key, name=exc.name, reason=exc.reason, namespace=exc.namespace)
     try:
-        task.backend.mark_as_failure(request.id, recorded, request=request)
+        task.backend.mark_as_failure(request.id, stopped(exc), request=request)
     except Exception as store_exc:  # no result backend, or it failed: the log line above stands
         log_unknown.debug("effectq could not record the failure of %s: %s", request.id, store_exc)
-    stop: BaseException = Ignore(f"effect outcome unknown: {exc.key}")
+    stop: BaseException = Ignore(f"effectq stopped the task: {type(exc).__name__}")
     return stop
 
 

@@ -27,8 +27,8 @@ import dramatiq
 from dramatiq.middleware import Middleware, MiddlewareError, SkipMessage
 
 from .._runtime.leases import heartbeat
-from ..errors import EffectqError, OutcomeUnknown
-from ..integration import StoreSource, log_finished, run_id_for, task_effect, task_key
+from ..errors import EffectqError
+from ..integration import STOPS_TASK, StoreSource, log_finished, run_id_for, task_effect, task_key
 from ..options import seconds
 from ..runs import RunScope
 from ..runs import run as bind_run
@@ -83,7 +83,9 @@ class EffectMiddleware(Middleware):
       (``SkipMessage``); when its return value is wanted (a pipeline, the Results
       middleware) the recorded value is returned instead and the body does not run.
 
-    An :class:`~effectq.OutcomeUnknown` fails the message (dead-lettered, not retried);
+    An :class:`~effectq.OutcomeUnknown`, :class:`~effectq.AttemptsExhausted` or
+    :class:`~effectq.RecordedFailure` (:data:`~effectq.integration.STOPS_TASK`) fails the
+    message (dead-lettered, not retried): a retry would only raise it again;
     an :class:`~effectq.InProgress` is retried by the Retries middleware.
 
     When a worker boots, the set-up is checked and each problem logged (see
@@ -195,10 +197,10 @@ class EffectMiddleware(Middleware):
         exception: BaseException | None = None,
     ) -> None:
         try:
-            if isinstance(exception, OutcomeUnknown):
-                _fail_unknown(broker, message, exception)
+            if isinstance(exception, STOPS_TASK):
+                _stop(broker, message, exception)
         except Exception:
-            log.exception("effectq could not stop message %s after an unknown outcome", message.message_id)
+            log.exception("effectq could not stop message %s after %r", message.message_id, exception)
         self._unbind(message)
 
     def after_skip_message(self, broker: dramatiq.Broker, message: Any) -> None:
@@ -221,26 +223,24 @@ class EffectMiddleware(Middleware):
             log.exception("effectq could not unbind the run of message %s", message.message_id)
 
 
-def _fail_unknown(broker: dramatiq.Broker, message: Any, exc: OutcomeUnknown) -> None:
-    """Make Retries fail the message instead of retrying it: an unknown outcome waits for a person.
+def _stop(broker: dramatiq.Broker, message: Any, exc: EffectqError) -> None:
+    """Make Retries fail the message instead of retrying it: ``exc`` (one of ``STOPS_TASK``)
+    waits for a person.
 
-    Retries reads ``throws`` from the message options first; adding OutcomeUnknown
-    there makes it fail (dead-letter) the message at once.
+    Retries reads ``throws`` from the message options first; adding ``STOPS_TASK`` there makes
+    it fail (dead-letter) the message at once.
     """
     actor = broker.get_actor(message.actor_name)
     throws = message.options.get("throws") or actor.options.get("throws") or ()
     if not isinstance(throws, tuple):
         throws = (throws,)
-    message.options["throws"] = (OutcomeUnknown, *throws)
+    message.options["throws"] = (*STOPS_TASK, *throws)
     log_unknown.error(
-        "effectq actor %s stopped on message %s: effect %s may have applied (key %s; %s). The message is "
-        "failed, not retried; settle it with `effectq resolve` or give the effect a reconcile hook, then "
-        "send it again.",
+        "effectq actor %s stopped on message %s: %s. The message is failed, not retried; "
+        "send it again once that is done.",
         message.actor_name,
         message.message_id,
-        exc.name,
-        exc.key,
-        exc.reason or "outcome unknown",
+        str(exc).rstrip("."),
     )
 
 

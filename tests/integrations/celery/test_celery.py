@@ -304,3 +304,75 @@ def test_a_task_sees_how_each_effect_came(
     assert again[:2] == [20, "replayed"]
     assert first[2:] == again[2:]
     assert first[2].startswith("task-o:charge:")
+
+
+class _Declined(Exception):
+    """Not applied: released, so the next attempt runs the effect again."""
+
+
+def _parked_by_attempts() -> effectq.Effect[[], None]:
+    @effectq.effect(name="wire", max_attempts=1)
+    def wire() -> None:
+        raise _Declined("the bank refused")
+
+    return wire
+
+
+def _parked_by_a_terminal_failure() -> effectq.Effect[[], None]:
+    class Fraud(Exception):  # defined here, so it does not import: raised again as RecordedFailure
+        pass
+
+    @effectq.effect(name="wire", terminal=Fraud)
+    def wire() -> None:
+        raise Fraud("card reported stolen")
+
+    return wire
+
+
+@pytest.mark.parametrize(
+    ("make", "stopped_by"),
+    [
+        (_parked_by_attempts, effectq.AttemptsExhausted),
+        (_parked_by_a_terminal_failure, effectq.RecordedFailure),
+    ],
+    ids=["attempts-exhausted", "recorded-failure"],
+)
+def test_a_parked_key_fails_the_task_once_without_retry(
+    redis_url: str, redis_store: effectq.RedisStore, make: Any, stopped_by: type[effectq.EffectqError]
+) -> None:
+    """A key that only raises again (parked after its attempts, or a recorded terminal failure)
+    fails the task, not retried by autoretry; the caller gets the error, naming the key and the
+    reset, from the JSON result backend."""
+    app = Celery("parked", broker="memory://", backend=redis_url, set_as_current=False)
+    app.conf.update(task_always_eager=True, task_store_eager_result=True, result_serializer="json")
+    effectq.celery.install(app, redis_store)
+    wire = make()
+    bodies: list[int] = []
+
+    @app.task(shared=False, bind=True, autoretry_for=(Exception,), max_retries=5, default_retry_delay=0)
+    def pay(self: Any) -> None:
+        bodies.append(1)
+        wire()
+
+    app.finalize()
+    task_id = f"parked-{redis_store.namespace}"
+    try:
+        result = pay.apply(task_id=task_id)
+        # The first body's failure parked the key; autoretry's retry met it and stopped for good.
+        assert bodies == [1, 1]
+        assert result.state == "IGNORED"
+        caller = Celery("caller", backend=redis_url, set_as_current=False)  # another process's view
+        caller.conf.update(result_serializer="json", accept_content=["json"])
+        assert caller.AsyncResult(task_id).state == "FAILURE"
+        with pytest.raises(stopped_by) as raised:
+            caller.AsyncResult(task_id).get(timeout=5)
+        assert raised.value.key.startswith(f"{task_id}:wire:")  # type: ignore[attr-defined]
+        assert (
+            f"effectq resolve --namespace {redis_store.namespace} '{raised.value.key}' --not-applied"
+            in str(  # type: ignore[attr-defined]
+                raised.value
+            )
+        )
+    finally:
+        app.backend.forget(task_id)
+        app.effectq_installation.uninstall()  # type: ignore[attr-defined]

@@ -278,3 +278,36 @@ def test_an_actor_sees_how_each_effect_came(rig: Rig, charge: Any, charged: list
     assert [(value, kind) for value, kind, _ in seen] == [(4, "executed"), (4, "replayed")]
     assert seen[0][2] == seen[1][2]
     assert seen[0][2].startswith(f"{message.message_id}:charge:")
+
+
+class _Declined(Exception):
+    """Not applied: released, so the next attempt runs the effect again."""
+
+
+def test_a_parked_key_fails_the_message_without_retries(
+    store: effectq.Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A key parked after its attempts only raises AttemptsExhausted again: the message is failed
+    at once (dead-lettered), even with retries left, and the log names the key and the reset."""
+    made = Rig(store)
+    bodies: list[int] = []
+
+    @effectq.effect(name="wire", max_attempts=1)
+    def wire() -> None:
+        raise _Declined("the bank refused")
+
+    @made.actor(max_retries=5, min_backoff=1, max_backoff=2)
+    def pay() -> None:
+        bodies.append(1)
+        wire()
+
+    made.worker.start()
+    try:
+        made.process(pay.message())
+    finally:
+        made.worker.stop()
+    # the first attempt parked the key; the retry met it and stopped
+    assert bodies == [1, 1]
+    assert len(made.broker.dead_letters) == 1
+    stopped = [r.getMessage() for r in caplog.records if r.name.startswith("effectq.dramatiq")]
+    assert any("parked" in line and ":wire:" in line and "--not-applied" in line for line in stopped), stopped
