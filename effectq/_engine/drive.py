@@ -15,10 +15,11 @@ import inspect
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Generator, Iterator
 from typing import TYPE_CHECKING, Any
 
+from .._runtime.repairs import Settle
 from ..context import EffectContext, bind_effect, unbind_effect
 from ..errors import describe_exception
 from .calls import Call
-from .ops import _T, ClaimOp, InvokeOp, Op, PipelineOp, claim_async, pipeline_async, run_op_async, run_op_sync
+from .ops import _T, Op, claim_async, pipeline_async, pipeline_sync, run_op_async, run_op_sync
 from .procedure import procedure
 
 if TYPE_CHECKING:
@@ -58,12 +59,13 @@ def drive_sync(proc: Generator[Op, Any, _T], invoke: Callable[[EffectContext], A
                 op = proc.send(value) if error is None else proc.throw(error)
                 value = error = None
                 kind = type(op)
-                try:
-                    if kind is ClaimOp:  # the commonest, called here: no call of run_op_sync between
-                        call = op.call  # type: ignore[union-attr]
-                        value = call.store.claim(call.key, call.request)
-                    elif kind is InvokeOp:
-                        value = invoke(op.ctx)  # type: ignore[union-attr]
+                try:  # the commonest carried out here: no call of run_op_sync between
+                    if kind is Call:
+                        value = op.store.claim(op.key, op.request)  # type: ignore[union-attr]
+                    elif kind is EffectContext:
+                        value = invoke(op)  # type: ignore[arg-type]
+                    elif kind is Settle:
+                        value = pipeline_sync(op)  # type: ignore[arg-type]
                     else:
                         value = run_op_sync(op)
                 except BaseException as exc:
@@ -93,11 +95,11 @@ async def drive_async(
                 value = error = None
                 kind = type(op)
                 try:  # the commonest carried out here: no coroutine of run_op_async between
-                    if kind is ClaimOp:
+                    if kind is Call:
                         value = await claim_async(op, astore)  # type: ignore[arg-type]
-                    elif kind is InvokeOp:
-                        value = await invoke(op.ctx)  # type: ignore[union-attr]
-                    elif kind is PipelineOp:
+                    elif kind is EffectContext:
+                        value = await invoke(op)  # type: ignore[arg-type]
+                    elif kind is Settle:
                         value = pipeline_async(op, astore)  # type: ignore[arg-type]
                     else:
                         value = await run_op_async(op, store, astore)
@@ -148,13 +150,13 @@ def drive_generator(
         except StopIteration as stop:
             return stop.value  # type: ignore[no-any-return]
         value = error = None
-        if type(op) is not InvokeOp:
+        if type(op) is not EffectContext:
             try:
                 value = run_op_sync(op)
             except BaseException as exc:
                 error = exc
             continue
-        ctx = op.ctx
+        ctx = op
         last: Any = None
         count = 0
         try:
@@ -200,13 +202,13 @@ async def drive_async_generator(
             end.extend(stop.value)
             return
         value = error = None
-        if type(op) is not InvokeOp:
+        if type(op) is not EffectContext:
             try:
                 value = await run_op_async(op, store, astore)
             except BaseException as exc:
                 error = exc
             continue
-        ctx = op.ctx
+        ctx = op
         last: Any = None
         count = 0
         try:
