@@ -11,11 +11,11 @@ its step records what is true.
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Generator, Iterator
 from typing import TYPE_CHECKING, Any
 
-from .._runtime.repairs import Settle
 from ..context import EffectContext, bind_effect, unbind_effect
 from ..errors import describe_exception
 from .calls import Call
@@ -40,13 +40,16 @@ __all__ = [
 
 def run_sync(call: Call, invoke: Callable[[EffectContext], Any]) -> tuple[Any, EventKind]:
     """Carry out a synchronous call: the procedure, driven blocking. Returns (value, how it came)."""
-    return drive_sync(procedure(call), invoke)
+    return drive_sync(procedure(call, pipeline_sync), invoke)
 
 
 async def run_async(call: Call, invoke: Callable[[EffectContext], Awaitable[Any]]) -> tuple[Any, EventKind]:
     """Carry out an async call: the procedure, driven in the event loop. Returns (value, how it came)."""
     store = call.store
-    return await drive_async(procedure(call), invoke, store, store.async_store())
+    astore = store.async_store()
+    return await drive_async(
+        procedure(call, functools.partial(pipeline_async, astore)), invoke, store, astore
+    )
 
 
 def drive_sync(proc: Generator[Op, Any, _T], invoke: Callable[[EffectContext], Any]) -> _T:
@@ -64,8 +67,6 @@ def drive_sync(proc: Generator[Op, Any, _T], invoke: Callable[[EffectContext], A
                         value = op.store.claim(op.key, op.request)  # type: ignore[union-attr]
                     elif kind is EffectContext:
                         value = invoke(op)  # type: ignore[arg-type]
-                    elif kind is Settle:
-                        value = pipeline_sync(op)  # type: ignore[arg-type]
                     else:
                         value = run_op_sync(op)
                 except BaseException as exc:
@@ -99,8 +100,6 @@ async def drive_async(
                         value = await claim_async(op, astore)  # type: ignore[arg-type]
                     elif kind is EffectContext:
                         value = await invoke(op)  # type: ignore[arg-type]
-                    elif kind is Settle:
-                        value = pipeline_async(op, astore)  # type: ignore[arg-type]
                     else:
                         value = await run_op_async(op, store, astore)
                 except BaseException as exc:
@@ -129,12 +128,12 @@ class StreamClosed(BaseException):
 
 
 def drive_generator(
-    proc: Generator[Op, Any, tuple[Any, EventKind]],
+    call: Call,
     source: Callable[[], Iterator[Any]],
     flight: Flight,
     me: object,
 ) -> Generator[Any, None, tuple[Any, EventKind]]:
-    """Run the procedure of a generator effect: its items stream through to the consumer,
+    """Run the procedure of a generator effect's call: its items stream through to the consumer,
     the last one is what the procedure records. Returns the procedure's (value, how it came).
 
     ``source()`` starts the function; while the consumer holds an item, ``flight`` (this
@@ -142,6 +141,7 @@ def drive_generator(
     consumer that closes the stream early closes the source inside the effect, and the
     procedure records :class:`StreamClosed` (unknown).
     """
+    proc = procedure(call, pipeline_sync)
     value: Any = None
     error: BaseException | None = None
     while True:
@@ -183,16 +183,17 @@ def drive_generator(
 
 
 async def drive_async_generator(
-    proc: Generator[Op, Any, tuple[Any, EventKind]],
+    call: Call,
     source: Callable[[], AsyncIterator[Any]],
     flight: Flight,
     me: object,
     end: list[Any],
-    store: Store | None = None,
-    astore: AsyncStore | None = None,
 ) -> AsyncGenerator[Any, None]:
     """:func:`drive_generator` for an async generator effect; the procedure's (value,
     how it came) is appended to ``end`` (an async generator returns nothing)."""
+    store = call.store
+    astore = store.async_store()
+    proc = procedure(call, functools.partial(pipeline_async, astore))
     value: Any = None
     error: BaseException | None = None
     while True:

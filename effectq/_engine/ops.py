@@ -2,17 +2,14 @@
 primitive, a watch, a wait, its reconcile hook, a pause) and how each is carried out, blocking
 or in an event loop.
 
-The three of every first-time call are the objects they act on, so none is built for them:
+The two of every call are the objects they act on, so none is built for them: a
+:class:`~effectq._engine.calls.Call` yielded is its claim (``call.store.claim(call.key,
+call.request)``, or the same on the store's async twin), an
+:class:`~effectq.context.EffectContext` the function run in it. The rest are small classes
+of their own.
 
-- a :class:`~effectq._engine.calls.Call`: claim its key (``call.store.claim(call.key,
-  call.request)``, or the same on the store's async twin);
-- an :class:`~effectq.context.EffectContext`: run the function in it;
-- a :class:`~effectq._runtime.repairs.Settle`: write its completion now and read the reply
-  later, where the store can (see ``Store.complete_pipelined``); the driver says whether it
-  was written (False: complete the usual way). Only the thread or task that entered the
-  call's run pipelines: its run's end reads the replies still pending.
-
-The rest are small classes of their own.
+A pipelined completion is no operation: it never blocks, so the procedure calls the driver's
+way to write one (:func:`pipeline_sync`, :func:`pipeline_async`) rather than yield it.
 """
 
 from __future__ import annotations
@@ -69,7 +66,7 @@ class SleepOp:
         self.seconds = seconds
 
 
-Op = Call | EffectContext | Settle | StoreOp | WatchOp | BlockOp | ReconcileOp | SleepOp
+Op = Call | EffectContext | StoreOp | WatchOp | BlockOp | ReconcileOp | SleepOp
 
 
 _T = TypeVar("_T")
@@ -129,8 +126,6 @@ def run_op_sync(op: Op) -> Any:
         return op.store.claim(op.key, op.request)  # type: ignore[union-attr]
     if kind is StoreOp:
         return op.fn(*op.args, **op.kwargs)  # type: ignore[union-attr]
-    if kind is Settle:
-        return pipeline_sync(op)  # type: ignore[arg-type]
     if kind is WatchOp:
         return _SyncWatch(op.store, op.key)  # type: ignore[union-attr]
     if kind is BlockOp:
@@ -172,8 +167,6 @@ async def run_op_async(op: Op, store: Store | None = None, astore: AsyncStore | 
             if name == "complete":
                 return await astore.complete(*op.args, **op.kwargs)  # type: ignore[union-attr]
         return await asyncio.to_thread(fn, *op.args, **op.kwargs)  # type: ignore[union-attr]
-    if kind is Settle:
-        return pipeline_async(op, astore)  # type: ignore[arg-type]
     if kind is WatchOp:
         return await _AsyncWatch().open(op.store, op.key)  # type: ignore[union-attr]
     if kind is BlockOp:
@@ -195,7 +188,10 @@ def claim_async(call: Call, astore: AsyncStore | None) -> Awaitable[Any]:
 
 
 def pipeline_sync(settle: Settle) -> bool:
-    """Pipeline ``settle``'s completion from blocking code: written now, its reply read later."""
+    """Write ``settle``'s completion now and read its reply later, where the store can (see
+    ``Store.complete_pipelined``), from blocking code; False: not written, complete the usual
+    way. Only the thread that entered the call's run pipelines: its run's end reads the
+    replies still pending."""
     call = settle.call
     run, store = call.run, call.store
     if run.thread != threading.get_ident() or not _write(settle, store.complete_pipelined):
@@ -204,8 +200,9 @@ def pipeline_sync(settle: Settle) -> bool:
     return True
 
 
-def pipeline_async(settle: Settle, astore: AsyncStore | None) -> bool:
-    """Pipeline ``settle``'s completion in an event loop: written now, never awaited."""
+def pipeline_async(astore: AsyncStore | None, settle: Settle) -> bool:
+    """:func:`pipeline_sync` in an event loop, on ``astore`` (the store's async twin): written
+    now, never awaited; only from the task that entered the call's run."""
     run = settle.call.run
     task = run.task
     if astore is None or task is None or task is not asyncio.current_task():

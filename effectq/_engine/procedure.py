@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from typing import Any
 
 from .._runtime.leases import Lease, heartbeat
@@ -35,7 +35,7 @@ from ..store.base import Claim, ClaimKind, Status
 from .calls import Applied, Call, _emit
 from .decide import Next, after_claim, check_input, exhausted, failed, is_crash, replayed, wait_for
 from .ops import BlockOp, Op, Procedure, ReconcileOp, SleepOp, StoreOp, WatchOp
-from .record import _complete, _cut, _encoded, _failed, _record, _store, _store_failed, _write, pipelinable
+from .record import _complete, _cut, _encoded, _failed, _record, _store, _store_failed, _write
 
 log_claim = logging.getLogger("effectq.claim")
 log_replay = logging.getLogger("effectq.replay")
@@ -134,9 +134,12 @@ def _give_back(call: Call, exc: ClaimNotReplicatedError) -> Generator[Op, Any, N
     )
 
 
-def procedure(call: Call) -> Procedure:
+def procedure(call: Call, pipeline: Callable[[Settle], bool]) -> Procedure:
     """Claim the effect and do what the claim says (see :func:`.decide.after_claim`).
-    Returns (value, how it came: ``EXECUTED``, ``REPLAYED``, ``RECONCILED`` or ``WAITED``)."""
+    Returns (value, how it came: ``EXECUTED``, ``REPLAYED``, ``RECONCILED`` or ``WAITED``).
+
+    ``pipeline``: the driver's way to write the function's completion without waiting for its
+    reply (see :mod:`.ops`); False: not written, it is completed the usual way."""
     effect, store, key = call.effect, call.store, call.key
     prefetched = call.run.prefetched
     if prefetched is not None:
@@ -265,8 +268,8 @@ def procedure(call: Call) -> Procedure:
         heartbeat.drop(lease)
         call.run.stats.executed += 1
         _emit(call, _EXECUTED, started, attempt=attempt)
-        kwargs, why = _encoded(call, value)
-        if pipelinable(kwargs) and (yield Settle(call, token, attempt, kwargs, why)):
+        kwargs, why, pipelinable = _encoded(call, value)
+        if pipelinable and pipeline(Settle(call, token, attempt, kwargs, why)):
             return (
                 value,
                 _EXECUTED,

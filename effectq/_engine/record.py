@@ -118,35 +118,31 @@ def _record(call: Call, token: int, value: Any, attempt: int = 0) -> Generator[O
     """
     kwargs: dict[str, Any] | None = None
     try:
-        kwargs, why = _encoded(call, value)
+        kwargs, why, _ = _encoded(call, value)
         yield from _complete(call, token, value, attempt, kwargs, why)
     except BaseException as cut:
         _cut(call, token, value, cut, kwargs)
         raise
 
 
-def _encoded(call: Call, value: Any) -> tuple[dict[str, Any], str]:
-    """``complete``'s keyword arguments for ``value``, and why its result is not stored (if
-    not: then logged, as a replay will raise ResultNotRecordedError)."""
+def _encoded(call: Call, value: Any) -> tuple[dict[str, Any], str, bool]:
+    """``complete``'s keyword arguments for ``value``, why its result is not stored (if not:
+    then logged, as a replay will raise ResultNotRecordedError), and whether the completion
+    may be pipelined (written without waiting for its reply): not one that records no result."""
     effect = call.effect
     options = effect.options
     data, state, why = effect.codec.encode(value, options.max_result_bytes)
-    if state is not _STORED and state is not _WITHHELD:
-        log_complete.warning(
-            "effectq %s applied but its result is not recorded (%s); a replay will raise "
-            "ResultNotRecordedError (key %s)",
-            effect.name,
-            why,
-            call.key,
-        )
-    return {"result": data, "result_state": state, "retention_ms": options.retention_ms}, why
-
-
-def pipelinable(kwargs: dict[str, Any]) -> bool:
-    """Whether the completion :func:`_encoded` gave may be pipelined (written without waiting
-    for its reply): one that records no result is written the usual way, its reply awaited."""
-    state = kwargs["result_state"]
-    return state is _STORED or state is _WITHHELD
+    kwargs = {"result": data, "result_state": state, "retention_ms": options.retention_ms}
+    if state is _STORED or state is _WITHHELD:
+        return kwargs, why, True
+    log_complete.warning(
+        "effectq %s applied but its result is not recorded (%s); a replay will raise "
+        "ResultNotRecordedError (key %s)",
+        effect.name,
+        why,
+        call.key,
+    )
+    return kwargs, why, False
 
 
 def _complete(
