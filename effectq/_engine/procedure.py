@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable, Generator
 from typing import Any
 
+from .. import events
 from .._runtime.leases import Lease, heartbeat
 from .._runtime.repairs import (
     Settle,
@@ -30,7 +31,7 @@ from ..errors import (
     StoreError,
     describe_exception,
 )
-from ..events import EventKind, tracers
+from ..events import EventKind
 from ..store.base import Claim, ClaimKind, Status
 from .calls import Applied, Call, _emit
 from .decide import Next, after_claim, check_input, exhausted, failed, is_crash, replayed, wait_for
@@ -243,7 +244,7 @@ def procedure(call: Call, pipeline: Callable[[Settle], bool]) -> Procedure:
         lease = Lease(store, key, token, effect.options.lease_ms)
         heartbeat.keep(lease)
         ctx = call.context(token, attempt, lease)
-        if tracers():  # a tracer's span, current while the function runs
+        if events._tracers:  # a tracer's span, current while the function runs (read as _emit does)
             call.open_scopes(ctx)
         started = time.time_ns()
         invoked = True
