@@ -176,11 +176,11 @@ def procedure(call: Call, pipeline: Callable[[Settle], bool]) -> Procedure:
                     came = _WAITED
                 if then is _EXECUTE:
                     token, attempt = claim.token, claim.attempt
-                    _emit(call, _CLAIMED_EVENT, started, attempt=attempt)
+                    _emit(call, _CLAIMED_EVENT, started, attempt)
                     break
                 if then is _REPLAY:
                     value = replayed(call, claim)
-                    _emit(call, _REPLAYED, started, attempt=claim.attempt)
+                    _emit(call, _REPLAYED, started, claim.attempt)
                     if claim.prefetch_hint is not None:
                         yield from _prefetch(call, claim.prefetch_hint)
                     return value, came
@@ -199,7 +199,7 @@ def procedure(call: Call, pipeline: Callable[[Settle], bool]) -> Procedure:
                         )
                         continue
                     token = granted = claim.token
-                    _emit(call, _CLAIMED_EVENT, started, attempt=attempt)
+                    _emit(call, _CLAIMED_EVENT, started, attempt)
                     break
                 if then is _WAIT:
                     if waiting_since is None:
@@ -268,7 +268,7 @@ def procedure(call: Call, pipeline: Callable[[Settle], bool]) -> Procedure:
     try:  # the function returned: its completion, written now and its reply read later if it can be
         heartbeat.drop(lease)
         call.run.stats.executed += 1
-        _emit(call, _EXECUTED, started, attempt=attempt)
+        _emit(call, _EXECUTED, started, attempt)
         kwargs, why, pipelinable = _encoded(call, value)
         if pipelinable and pipeline(Settle(call, token, attempt, kwargs, why)):
             return (

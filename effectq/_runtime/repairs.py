@@ -154,7 +154,7 @@ class Settle:
 
     def __init__(self, call: Call, token: int, attempt: int, kwargs: dict[str, Any], why: str) -> None:
         self.call, self.token, self.attempt, self.kwargs, self.why = call, token, attempt, kwargs, why
-        self.context = contextvars.copy_context() if events.listeners() else None
+        self.context = contextvars.copy_context() if events._listeners else None  # as _emit reads it
         self.started = time.time_ns() if self.context is not None else 0  # for the event only
         self.written = 0  # when the write went out: set by the caller once it has, for the event
 
