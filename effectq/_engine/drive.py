@@ -19,41 +19,26 @@ from typing import TYPE_CHECKING, Any
 from ..context import EffectContext, bind_effect, unbind_effect
 from ..errors import describe_exception
 from .calls import Call
-from .ops import _T, Op, claim_async, pipeline_async, pipeline_sync, run_op_async, run_op_sync
+from .ops import claim_async, pipeline_async, pipeline_sync, run_op_async, run_op_sync
 from .procedure import procedure
 
 if TYPE_CHECKING:
     from .._runtime.singleflight import Flight
     from ..events import EventKind
-    from ..store.base import AsyncStore, Store
 
 __all__ = [
     "StreamClosed",
-    "drive_async",
     "drive_async_generator",
     "drive_generator",
-    "drive_sync",
     "run_async",
     "run_sync",
 ]
 
 
 def run_sync(call: Call, invoke: Callable[[EffectContext], Any]) -> tuple[Any, EventKind]:
-    """Carry out a synchronous call: the procedure, driven blocking. Returns (value, how it came)."""
-    return drive_sync(procedure(call, pipeline_sync), invoke)
-
-
-async def run_async(call: Call, invoke: Callable[[EffectContext], Awaitable[Any]]) -> tuple[Any, EventKind]:
-    """Carry out an async call: the procedure, driven in the event loop. Returns (value, how it came)."""
-    store = call.store
-    astore = store.async_store()
-    return await drive_async(
-        procedure(call, functools.partial(pipeline_async, astore)), invoke, store, astore
-    )
-
-
-def drive_sync(proc: Generator[Op, Any, _T], invoke: Callable[[EffectContext], Any]) -> _T:
-    """Run the procedure, calling store primitives and the function directly."""
+    """Carry out a synchronous call: the procedure, driven blocking, calling store primitives
+    and the function directly. Returns (value, how it came)."""
+    proc = procedure(call, pipeline_sync)
     value: Any = None
     error: BaseException | None = None
     while True:
@@ -79,14 +64,12 @@ def drive_sync(proc: Generator[Op, Any, _T], invoke: Callable[[EffectContext], A
             value, error = None, exc
 
 
-async def drive_async(
-    proc: Generator[Op, Any, _T],
-    invoke: Callable[[EffectContext], Any],
-    store: Store | None = None,
-    astore: AsyncStore | None = None,
-) -> _T:
-    """Run the procedure in an event loop: store calls on ``astore`` (``store``'s async
-    twin) or in a worker thread, waits as awaits."""
+async def run_async(call: Call, invoke: Callable[[EffectContext], Awaitable[Any]]) -> tuple[Any, EventKind]:
+    """Carry out an async call: the procedure, driven in the event loop, store calls on the
+    store's async twin (or in a worker thread), waits as awaits. Returns (value, how it came)."""
+    store = call.store
+    astore = store.async_store()
+    proc = procedure(call, functools.partial(pipeline_async, astore))
     value: Any = None
     error: BaseException | None = None
     while True:

@@ -20,7 +20,7 @@ import inspect
 import threading
 import time
 from collections.abc import Awaitable, Callable, Generator
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from .._runtime.repairs import Settle
 from ..context import EffectContext
@@ -67,9 +67,6 @@ class SleepOp:
 
 
 Op = Call | EffectContext | StoreOp | WatchOp | BlockOp | ReconcileOp | SleepOp
-
-
-_T = TypeVar("_T")
 
 
 Procedure = Generator[Op, Any, tuple[Any, EventKind]]
