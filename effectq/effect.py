@@ -21,7 +21,6 @@ from typing import Any, ParamSpec, TypeVar, overload
 from . import switch
 from ._engine.calls import Call, new_owner
 from ._engine.drive import StreamClosed, drive_async_generator, drive_generator, run_async, run_sync
-from ._engine.procedure import procedure
 from ._runtime.singleflight import flights, follow, follow_async
 from .canonical import key_bytes
 from .codec import ResultCodec, result_annotation
@@ -272,7 +271,7 @@ class Effect(OutcomeCalls[P, R]):
                 return
         try:
             source = functools.partial(_items, self.fn, args, kwargs)
-            value, came = yield from drive_generator(procedure(call), source, flight, me)
+            value, came = yield from drive_generator(call, source, flight, me)
         except BaseException as exc:
             flights.land(flight, error=exc)
             if isinstance(exc, StreamClosed):
@@ -300,11 +299,9 @@ class Effect(OutcomeCalls[P, R]):
                 yield waited(flight.outcome(), seen)
                 return
         end: list[Any] = []
-        store = call.store
         try:
             source = functools.partial(_async_items, self.fn, args, kwargs)
-            astore = store.async_store()
-            driven = drive_async_generator(procedure(call), source, flight, me, end, store, astore)
+            driven = drive_async_generator(call, source, flight, me, end)
             async for item in driven:
                 try:
                     yield item

@@ -81,11 +81,17 @@ _NEXT = {
     ClaimKind.UNKNOWN: Next.RAISE,
     ClaimKind.FAILED: Next.FAIL,
 }
+_NEXT_BY_ID = {id(kind): then for kind, then in _NEXT.items()}
+""":data:`_NEXT` keyed by identity: an Enum member's hash is a call of Python's ``Enum.__hash__``."""
+
+# Read on every replay (module globals: on Python 3.11 an Enum member read off its class costs
+# a call of EnumType's __getattr__ hook).
+_STORED, _WITHHELD = ResultState.STORED, ResultState.WITHHELD
 
 
 def after_claim(claim: Claim) -> Next:
     """What to do with ``claim``, the store's reply to a claim."""
-    return _NEXT[claim.kind]
+    return _NEXT_BY_ID[id(claim.kind)]
 
 
 def wait_for(claim: Claim, waited: float, wait: float) -> float | None:
@@ -178,8 +184,8 @@ def replayed(call: Call, claim: Claim) -> Any:
     check_input(call, claim.input_hash)
     call.run.stats.replayed += 1
     log_replay.debug("effectq replay %s", call.key)
-    if claim.result_state is not ResultState.STORED:
-        if claim.result_state is ResultState.WITHHELD:
+    if claim.result_state is not _STORED:
+        if claim.result_state is _WITHHELD:
             return None  # applied, its result kept out of the store on purpose
         raise ResultNotRecordedError(call.key, name=effect.name, reason=claim.result_state.value)
     if claim.result is None:

@@ -11,6 +11,7 @@ its step records what is true.
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Generator, Iterator
 from typing import TYPE_CHECKING, Any
@@ -18,38 +19,26 @@ from typing import TYPE_CHECKING, Any
 from ..context import EffectContext, bind_effect, unbind_effect
 from ..errors import describe_exception
 from .calls import Call
-from .ops import _T, ClaimOp, InvokeOp, Op, PipelineOp, claim_async, pipeline_async, run_op_async, run_op_sync
+from .ops import claim_async, pipeline_async, pipeline_sync, run_op_async, run_op_sync
 from .procedure import procedure
 
 if TYPE_CHECKING:
     from .._runtime.singleflight import Flight
     from ..events import EventKind
-    from ..store.base import AsyncStore, Store
 
 __all__ = [
     "StreamClosed",
-    "drive_async",
     "drive_async_generator",
     "drive_generator",
-    "drive_sync",
     "run_async",
     "run_sync",
 ]
 
 
 def run_sync(call: Call, invoke: Callable[[EffectContext], Any]) -> tuple[Any, EventKind]:
-    """Carry out a synchronous call: the procedure, driven blocking. Returns (value, how it came)."""
-    return drive_sync(procedure(call), invoke)
-
-
-async def run_async(call: Call, invoke: Callable[[EffectContext], Awaitable[Any]]) -> tuple[Any, EventKind]:
-    """Carry out an async call: the procedure, driven in the event loop. Returns (value, how it came)."""
-    store = call.store
-    return await drive_async(procedure(call), invoke, store, store.async_store())
-
-
-def drive_sync(proc: Generator[Op, Any, _T], invoke: Callable[[EffectContext], Any]) -> _T:
-    """Run the procedure, calling store primitives and the function directly."""
+    """Carry out a synchronous call: the procedure, driven blocking, calling store primitives
+    and the function directly. Returns (value, how it came)."""
+    proc = procedure(call, pipeline_sync)
     value: Any = None
     error: BaseException | None = None
     while True:
@@ -58,12 +47,11 @@ def drive_sync(proc: Generator[Op, Any, _T], invoke: Callable[[EffectContext], A
                 op = proc.send(value) if error is None else proc.throw(error)
                 value = error = None
                 kind = type(op)
-                try:
-                    if kind is ClaimOp:  # the commonest, called here: no call of run_op_sync between
-                        call = op.call  # type: ignore[union-attr]
-                        value = call.store.claim(call.key, call.request)
-                    elif kind is InvokeOp:
-                        value = invoke(op.ctx)  # type: ignore[union-attr]
+                try:  # the commonest carried out here: no call of run_op_sync between
+                    if kind is Call:
+                        value = op.store.claim(op.key, op.request)  # type: ignore[union-attr]
+                    elif kind is EffectContext:
+                        value = invoke(op)  # type: ignore[arg-type]
                     else:
                         value = run_op_sync(op)
                 except BaseException as exc:
@@ -76,14 +64,12 @@ def drive_sync(proc: Generator[Op, Any, _T], invoke: Callable[[EffectContext], A
             value, error = None, exc
 
 
-async def drive_async(
-    proc: Generator[Op, Any, _T],
-    invoke: Callable[[EffectContext], Any],
-    store: Store | None = None,
-    astore: AsyncStore | None = None,
-) -> _T:
-    """Run the procedure in an event loop: store calls on ``astore`` (``store``'s async
-    twin) or in a worker thread, waits as awaits."""
+async def run_async(call: Call, invoke: Callable[[EffectContext], Awaitable[Any]]) -> tuple[Any, EventKind]:
+    """Carry out an async call: the procedure, driven in the event loop, store calls on the
+    store's async twin (or in a worker thread), waits as awaits. Returns (value, how it came)."""
+    store = call.store
+    astore = store.async_store()
+    proc = procedure(call, functools.partial(pipeline_async, astore))
     value: Any = None
     error: BaseException | None = None
     while True:
@@ -93,12 +79,10 @@ async def drive_async(
                 value = error = None
                 kind = type(op)
                 try:  # the commonest carried out here: no coroutine of run_op_async between
-                    if kind is ClaimOp:
+                    if kind is Call:
                         value = await claim_async(op, astore)  # type: ignore[arg-type]
-                    elif kind is InvokeOp:
-                        value = await invoke(op.ctx)  # type: ignore[union-attr]
-                    elif kind is PipelineOp:
-                        value = pipeline_async(op, astore)  # type: ignore[arg-type]
+                    elif kind is EffectContext:
+                        value = await invoke(op)  # type: ignore[arg-type]
                     else:
                         value = await run_op_async(op, store, astore)
                 except BaseException as exc:
@@ -127,12 +111,12 @@ class StreamClosed(BaseException):
 
 
 def drive_generator(
-    proc: Generator[Op, Any, tuple[Any, EventKind]],
+    call: Call,
     source: Callable[[], Iterator[Any]],
     flight: Flight,
     me: object,
 ) -> Generator[Any, None, tuple[Any, EventKind]]:
-    """Run the procedure of a generator effect: its items stream through to the consumer,
+    """Run the procedure of a generator effect's call: its items stream through to the consumer,
     the last one is what the procedure records. Returns the procedure's (value, how it came).
 
     ``source()`` starts the function; while the consumer holds an item, ``flight`` (this
@@ -140,6 +124,7 @@ def drive_generator(
     consumer that closes the stream early closes the source inside the effect, and the
     procedure records :class:`StreamClosed` (unknown).
     """
+    proc = procedure(call, pipeline_sync)
     value: Any = None
     error: BaseException | None = None
     while True:
@@ -148,13 +133,13 @@ def drive_generator(
         except StopIteration as stop:
             return stop.value  # type: ignore[no-any-return]
         value = error = None
-        if type(op) is not InvokeOp:
+        if type(op) is not EffectContext:
             try:
                 value = run_op_sync(op)
             except BaseException as exc:
                 error = exc
             continue
-        ctx = op.ctx
+        ctx = op
         last: Any = None
         count = 0
         try:
@@ -181,16 +166,17 @@ def drive_generator(
 
 
 async def drive_async_generator(
-    proc: Generator[Op, Any, tuple[Any, EventKind]],
+    call: Call,
     source: Callable[[], AsyncIterator[Any]],
     flight: Flight,
     me: object,
     end: list[Any],
-    store: Store | None = None,
-    astore: AsyncStore | None = None,
 ) -> AsyncGenerator[Any, None]:
     """:func:`drive_generator` for an async generator effect; the procedure's (value,
     how it came) is appended to ``end`` (an async generator returns nothing)."""
+    store = call.store
+    astore = store.async_store()
+    proc = procedure(call, functools.partial(pipeline_async, astore))
     value: Any = None
     error: BaseException | None = None
     while True:
@@ -200,13 +186,13 @@ async def drive_async_generator(
             end.extend(stop.value)
             return
         value = error = None
-        if type(op) is not InvokeOp:
+        if type(op) is not EffectContext:
             try:
                 value = await run_op_async(op, store, astore)
             except BaseException as exc:
                 error = exc
             continue
-        ctx = op.ctx
+        ctx = op
         last: Any = None
         count = 0
         try:

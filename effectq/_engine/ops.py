@@ -1,5 +1,15 @@
-"""The operations the procedure yields (a store primitive, a watch, a wait, the function,
-its reconcile hook, a pause) and how each is carried out, blocking or in an event loop.
+"""The operations the procedure yields (a claim, the function, a pipelined completion, a store
+primitive, a watch, a wait, its reconcile hook, a pause) and how each is carried out, blocking
+or in an event loop.
+
+The two of every call are the objects they act on, so none is built for them: a
+:class:`~effectq._engine.calls.Call` yielded is its claim (``call.store.claim(call.key,
+call.request)``, or the same on the store's async twin), an
+:class:`~effectq.context.EffectContext` the function run in it. The rest are small classes
+of their own.
+
+A pipelined completion is no operation: it never blocks, so the procedure calls the driver's
+way to write one (:func:`pipeline_sync`, :func:`pipeline_async`) rather than yield it.
 """
 
 from __future__ import annotations
@@ -10,7 +20,7 @@ import inspect
 import threading
 import time
 from collections.abc import Awaitable, Callable, Generator
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from .._runtime.repairs import Settle
 from ..context import EffectContext
@@ -19,16 +29,6 @@ from .calls import Call
 
 if TYPE_CHECKING:
     from ..store.base import AsyncStore, Store
-
-
-class ClaimOp:
-    """Claim the call's key: ``call.store.claim(call.key, call.request)``, or the same on the
-    store's async twin. The commonest operation, so it carries only the call."""
-
-    __slots__ = ("call",)
-
-    def __init__(self, call: Call) -> None:
-        self.call = call
 
 
 class StoreOp:
@@ -52,40 +52,11 @@ class BlockOp:
         self.watch, self.timeout = watch, timeout
 
 
-class InvokeOp:
-    __slots__ = ("ctx",)
-
-    def __init__(self, ctx: EffectContext) -> None:
-        self.ctx = ctx
-
-
 class ReconcileOp:
     __slots__ = ("call", "ctx")
 
     def __init__(self, call: Call, ctx: EffectContext) -> None:
         self.call, self.ctx = call, ctx
-
-
-class PipelineOp:
-    """Write the completion now and read its reply later, where the store can (see
-    ``Store.complete_pipelined``); the driver says whether it was written (False: complete
-    the usual way). Only the thread or task that entered the call's run pipelines: its
-    run's end reads the replies still pending."""
-
-    __slots__ = ("attempt", "call", "kwargs", "token", "why")
-
-    def __init__(self, call: Call, token: int, attempt: int, kwargs: dict[str, Any], why: str) -> None:
-        self.call, self.token, self.attempt, self.kwargs, self.why = call, token, attempt, kwargs, why
-
-    def write(self, complete_pipelined: Callable[..., bool]) -> bool:
-        """Hand the completion to ``complete_pipelined`` (a store's, or its async twin's)."""
-        call = self.call
-        settle = Settle(call, self.token, self.attempt, self.kwargs, self.why)
-        if not complete_pipelined(call.key, self.token, settle, **self.kwargs):
-            return False
-        if settle.context is not None:
-            settle.written = time.time_ns()
-        return True
 
 
 class SleepOp:
@@ -95,10 +66,7 @@ class SleepOp:
         self.seconds = seconds
 
 
-Op = ClaimOp | StoreOp | WatchOp | BlockOp | InvokeOp | ReconcileOp | PipelineOp | SleepOp
-
-
-_T = TypeVar("_T")
+Op = Call | EffectContext | StoreOp | WatchOp | BlockOp | ReconcileOp | SleepOp
 
 
 Procedure = Generator[Op, Any, tuple[Any, EventKind]]
@@ -151,17 +119,10 @@ class _AsyncWatch:
 def run_op_sync(op: Op) -> Any:
     """Carry out one operation other than invoking the function, blocking."""
     kind = type(op)
-    if kind is ClaimOp:
-        call = op.call  # type: ignore[union-attr]
-        return call.store.claim(call.key, call.request)
+    if kind is Call:
+        return op.store.claim(op.key, op.request)  # type: ignore[union-attr]
     if kind is StoreOp:
         return op.fn(*op.args, **op.kwargs)  # type: ignore[union-attr]
-    if kind is PipelineOp:
-        run, store = op.call.run, op.call.store  # type: ignore[union-attr]
-        if run.thread != threading.get_ident() or not op.write(store.complete_pipelined):  # type: ignore[union-attr]
-            return False
-        run.pending(store)
-        return True
     if kind is WatchOp:
         return _SyncWatch(op.store, op.key)  # type: ignore[union-attr]
     if kind is BlockOp:
@@ -192,7 +153,7 @@ async def run_op_async(op: Op, store: Store | None = None, astore: AsyncStore | 
     loop (no thread hop); without it, store calls go to a worker thread, so a slow store
     never blocks the loop."""
     kind = type(op)
-    if kind is ClaimOp:
+    if kind is Call:
         return await claim_async(op, astore)  # type: ignore[arg-type]
     if kind is StoreOp:
         fn = op.fn  # type: ignore[union-attr]
@@ -203,8 +164,6 @@ async def run_op_async(op: Op, store: Store | None = None, astore: AsyncStore | 
             if name == "complete":
                 return await astore.complete(*op.args, **op.kwargs)  # type: ignore[union-attr]
         return await asyncio.to_thread(fn, *op.args, **op.kwargs)  # type: ignore[union-attr]
-    if kind is PipelineOp:
-        return pipeline_async(op, astore)  # type: ignore[arg-type]
     if kind is WatchOp:
         return await _AsyncWatch().open(op.store, op.key)  # type: ignore[union-attr]
     if kind is BlockOp:
@@ -216,25 +175,47 @@ async def run_op_async(op: Op, store: Store | None = None, astore: AsyncStore | 
     raise TypeError(f"not an operation: {op!r}")  # pragma: no cover
 
 
-def claim_async(op: ClaimOp, astore: AsyncStore | None) -> Awaitable[Any]:
-    """What to await for a :class:`ClaimOp`: ``astore`` (the call's store's async twin) sends it
-    from this loop; without one, the store's claim runs in a worker thread. A plain function
+def claim_async(call: Call, astore: AsyncStore | None) -> Awaitable[Any]:
+    """What to await for the claim of ``call``: ``astore`` (the call's store's async twin) sends
+    it from this loop; without one, the store's claim runs in a worker thread. A plain function
     (as :func:`pipeline_async` is), so a driver awaits the claim itself, no coroutine between."""
-    call = op.call
     if astore is not None:
         return astore.claim(call.key, call.request)
     return asyncio.to_thread(call.store.claim, call.key, call.request)
 
 
-def pipeline_async(op: PipelineOp, astore: AsyncStore | None) -> bool:
-    """Carry out a :class:`PipelineOp` in an event loop: written now, never awaited."""
-    run = op.call.run
+def pipeline_sync(settle: Settle) -> bool:
+    """Write ``settle``'s completion now and read its reply later, where the store can (see
+    ``Store.complete_pipelined``), from blocking code; False: not written, complete the usual
+    way. Only the thread that entered the call's run pipelines: its run's end reads the
+    replies still pending."""
+    call = settle.call
+    run, store = call.run, call.store
+    if run.thread != threading.get_ident() or not _write(settle, store.complete_pipelined):
+        return False
+    run.pending(store)
+    return True
+
+
+def pipeline_async(astore: AsyncStore | None, settle: Settle) -> bool:
+    """:func:`pipeline_sync` in an event loop, on ``astore`` (the store's async twin): written
+    now, never awaited; only from the task that entered the call's run."""
+    run = settle.call.run
     task = run.task
     if astore is None or task is None or task is not asyncio.current_task():
         return False
-    if not op.write(astore.complete_pipelined):
+    if not _write(settle, astore.complete_pipelined):
         return False
     run.pending_async(astore)
+    return True
+
+
+def _write(settle: Settle, complete_pipelined: Callable[..., bool]) -> bool:
+    """Hand ``settle``'s completion to ``complete_pipelined`` (a store's, or its async twin's)."""
+    if not complete_pipelined(settle.call.key, settle.token, settle, **settle.kwargs):
+        return False
+    if settle.context is not None:
+        settle.written = time.time_ns()
     return True
 
 

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from typing import Any
 
+from .. import events
 from .._runtime.leases import Lease, heartbeat
 from .._runtime.repairs import (
-    _cut_after_return,
+    Settle,
     _failed_later,
     _give_back_later,
     _give_back_unrun,
@@ -30,12 +31,12 @@ from ..errors import (
     StoreError,
     describe_exception,
 )
-from ..events import EventKind, tracers
+from ..events import EventKind
 from ..store.base import Claim, ClaimKind, Status
 from .calls import Applied, Call, _emit
 from .decide import Next, after_claim, check_input, exhausted, failed, is_crash, replayed, wait_for
-from .ops import BlockOp, ClaimOp, InvokeOp, Op, Procedure, ReconcileOp, SleepOp, StoreOp, WatchOp
-from .record import _failed, _record, _store, _store_failed, _write
+from .ops import BlockOp, Op, Procedure, ReconcileOp, SleepOp, StoreOp, WatchOp
+from .record import _complete, _cut, _encoded, _failed, _record, _store, _store_failed, _write
 
 log_claim = logging.getLogger("effectq.claim")
 log_replay = logging.getLogger("effectq.replay")
@@ -52,13 +53,18 @@ CLAIM_RETRIES = (0.05, 0.25, None)
 
 _NOT_FOUND = object()
 
-# How the value came, as procedure() returns it (module globals: an Enum member costs a lookup).
+# The Enum members a call's common path reads, as module globals: on Python 3.11 reading a
+# member off its class goes through EnumType's __getattr__ hook, about 1,000 instructions each;
+# a global is a dict read. How the value came, as procedure() returns it:
 _EXECUTED, _REPLAYED, _RECONCILED, _WAITED = (
     EventKind.EXECUTED,
     EventKind.REPLAYED,
     EventKind.RECONCILED,
     EventKind.WAITED,
 )
+_CLAIMED_EVENT = EventKind.CLAIMED
+_GRANTED = ClaimKind.CLAIMED
+_EXECUTE, _REPLAY, _WAIT = Next.EXECUTE, Next.REPLAY, Next.WAIT
 
 
 def _claim_failed(call: Call, exc: BaseException, started: int) -> Generator[Op, Any, tuple[Claim, int]]:
@@ -94,7 +100,7 @@ def _claim_failed(call: Call, exc: BaseException, started: int) -> Generator[Op,
         yield SleepOp(pause)
         started = time.time_ns()
         try:
-            claim = yield ClaimOp(call)
+            claim = yield call
         except BaseException as again:
             exc = again
             continue
@@ -129,9 +135,12 @@ def _give_back(call: Call, exc: ClaimNotReplicatedError) -> Generator[Op, Any, N
     )
 
 
-def procedure(call: Call) -> Procedure:
+def procedure(call: Call, pipeline: Callable[[Settle], bool]) -> Procedure:
     """Claim the effect and do what the claim says (see :func:`.decide.after_claim`).
-    Returns (value, how it came: ``EXECUTED``, ``REPLAYED``, ``RECONCILED`` or ``WAITED``)."""
+    Returns (value, how it came: ``EXECUTED``, ``REPLAYED``, ``RECONCILED`` or ``WAITED``).
+
+    ``pipeline``: the driver's way to write the function's completion without waiting for its
+    reply (see :mod:`.ops`); False: not written, it is completed the usual way."""
     effect, store, key = call.effect, call.store, call.key
     prefetched = call.run.prefetched
     if prefetched is not None:
@@ -139,7 +148,7 @@ def procedure(call: Call) -> Procedure:
         found = prefetched.get(key)
         if found is not None:
             value = replayed(call, found)
-            _emit(call, EventKind.REPLAYED, started, attempt=found.attempt)
+            _emit(call, _REPLAYED, started, attempt=found.attempt)
             return value, _REPLAYED
     waiting_since: int | None = None
     came = _REPLAYED  # WAITED once this call waited for the effect in flight elsewhere
@@ -153,25 +162,25 @@ def procedure(call: Call) -> Procedure:
                 started = time.time_ns()
                 retries: Generator[Op, Any, tuple[Claim, int]] | None = None
                 try:  # the first try here; the retries only once one fails
-                    claim = yield ClaimOp(call)
+                    claim = yield call
                 except BaseException as exc:
                     retries = _claim_failed(call, exc, started)
                 if retries is not None:
                     claim, started = yield from retries
-                if claim.kind is ClaimKind.CLAIMED:  # before any call: an exception raised into
+                if claim.kind is _GRANTED:  # before any call: an exception raised into
                     granted = claim.token  # the call from here on gives the grant back
                 then = after_claim(claim)
-                if then is not Next.WAIT and waiting_since is not None:
-                    _emit(call, EventKind.WAITED, waiting_since)
+                if then is not _WAIT and waiting_since is not None:
+                    _emit(call, _WAITED, waiting_since)
                     waiting_since = None
                     came = _WAITED
-                if then is Next.EXECUTE:
+                if then is _EXECUTE:
                     token, attempt = claim.token, claim.attempt
-                    _emit(call, EventKind.CLAIMED, started, attempt=attempt)
+                    _emit(call, _CLAIMED_EVENT, started, attempt)
                     break
-                if then is Next.REPLAY:
+                if then is _REPLAY:
                     value = replayed(call, claim)
-                    _emit(call, EventKind.REPLAYED, started, attempt=claim.attempt)
+                    _emit(call, _REPLAYED, started, claim.attempt)
                     if claim.prefetch_hint is not None:
                         yield from _prefetch(call, claim.prefetch_hint)
                     return value, came
@@ -190,9 +199,9 @@ def procedure(call: Call) -> Procedure:
                         )
                         continue
                     token = granted = claim.token
-                    _emit(call, EventKind.CLAIMED, started, attempt=attempt)
+                    _emit(call, _CLAIMED_EVENT, started, attempt)
                     break
-                if then is Next.WAIT:
+                if then is _WAIT:
                     if waiting_since is None:
                         waiting_since = started
                         call.run.stats.waited += 1
@@ -225,7 +234,7 @@ def procedure(call: Call) -> Procedure:
         finally:
             if watch is not None:
                 watch.close()
-        if claim.error and claim.status is Status.DISPATCHED and claim.kind is ClaimKind.CLAIMED:
+        if claim.error and claim.status is Status.DISPATCHED and claim.kind is _GRANTED:
             log_unknown.warning(
                 "effectq re-executing %s after an unknown outcome (%s): it is declared replay-safe "
                 "(safe to repeat, or deduped by its idempotency key)",
@@ -235,11 +244,11 @@ def procedure(call: Call) -> Procedure:
         lease = Lease(store, key, token, effect.options.lease_ms)
         heartbeat.keep(lease)
         ctx = call.context(token, attempt, lease)
-        if tracers():  # a tracer's span, current while the function runs
+        if events._tracers:  # a tracer's span, current while the function runs (read as _emit does)
             call.open_scopes(ctx)
         started = time.time_ns()
         invoked = True
-        value = yield InvokeOp(ctx)
+        value = yield ctx
     except BaseException as exc:
         if granted is None:
             raise
@@ -255,15 +264,20 @@ def procedure(call: Call) -> Procedure:
                 _failed_later(call, token, lease, exc, cut)
             raise
         raise  # pragma: no cover - _failed raises
-    recording = [False]  # _record's, once it is under way
-    try:
+    kwargs: dict[str, Any] | None = None
+    try:  # the function returned: its completion, written now and its reply read later if it can be
         heartbeat.drop(lease)
         call.run.stats.executed += 1
-        _emit(call, EventKind.EXECUTED, started, attempt=attempt)
-        yield from _record(call, token, value, attempt, pipeline=True, recording=recording)
-    except BaseException as exc:
-        if not recording[0]:  # cut after the function returned, before its completion was under way
-            _cut_after_return(call, token, lease, value, exc)
+        _emit(call, _EXECUTED, started, attempt)
+        kwargs, why, pipelinable = _encoded(call, value)
+        if pipelinable and pipeline(Settle(call, token, attempt, kwargs, why)):
+            return (
+                value,
+                _EXECUTED,
+            )  # its reply is read by the next script on that connection, or the run's end
+        yield from _complete(call, token, value, attempt, kwargs, why)
+    except BaseException as cut:
+        _cut(call, token, value, cut, kwargs, lease)
         raise
     return value, _EXECUTED
 

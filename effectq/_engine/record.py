@@ -20,7 +20,7 @@ from ..store.base import ResultState
 from . import failures
 from .calls import Call, _emit
 from .decide import Failure, after_failure, is_crash
-from .ops import Op, PipelineOp, SleepOp, StoreOp
+from .ops import Op, SleepOp, StoreOp
 
 log_complete = logging.getLogger("effectq.complete")
 log_release = logging.getLogger("effectq.release")
@@ -33,6 +33,10 @@ COMPLETE_RETRIES = (0.05, 0.2, 0.5)
 
 
 _COMPLETE_PAUSES = (*COMPLETE_RETRIES, None)
+
+# Read on every completion (module globals: on Python 3.11 an Enum member read off its class
+# costs a call of EnumType's __getattr__ hook).
+_STORED, _WITHHELD = ResultState.STORED, ResultState.WITHHELD
 
 
 def _store(call: Call, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Generator[Op, Any, Any]:
@@ -105,70 +109,84 @@ _EVENTS = {
 }
 
 
-def _record(
-    call: Call,
-    token: int,
-    value: Any,
-    attempt: int = 0,
-    pipeline: bool = False,
-    recording: list[bool] | None = None,
-) -> Generator[Op, Any, None]:
-    """Record the result.
-
-    ``pipeline``: the function just ran under the claim: the completion may be written
-    without waiting for its reply (see :class:`.ops.PipelineOp`), which is then read by
-    the next script on that connection or at the run's end. ``recording[0]`` is set as
-    this takes the completion over from its caller (see :func:`procedure`).
+def _record(call: Call, token: int, value: Any, attempt: int = 0) -> Generator[Op, Any, None]:
+    """Record the result (one a reconcile found; the function's own is :func:`procedure`'s to
+    record, pipelined where it can be).
 
     An exception raised into this (a time limit, a cancellation) before the completion
     is known to have landed hands it to the heartbeat, tried at once, and is raised.
     """
-    effect, store, key = call.effect, call.store, call.key
-    options = effect.options
     kwargs: dict[str, Any] | None = None
     try:
-        if recording is not None:
-            recording[0] = True  # no call before it: nothing can cut in between
-        data, state, why = effect.codec.encode(value, options.max_result_bytes)
-        kwargs = {"result": data, "result_state": state, "retention_ms": options.retention_ms}
-        if state is ResultState.STORED or state is ResultState.WITHHELD:
-            if pipeline and (yield PipelineOp(call, token, attempt, kwargs, why)):
-                return
-        else:
-            log_complete.warning(
-                "effectq %s applied but its result is not recorded (%s); a replay will raise "
-                "ResultNotRecordedError (key %s)",
-                effect.name,
-                why,
-                key,
-            )
-        for pause in _COMPLETE_PAUSES:
-            started = time.time_ns()
-            try:
-                recorded = yield StoreOp(store.complete, key, token, **kwargs)
-            except CompletionNotReplicatedError as exc:
-                _emit(call, EventKind.COMPLETED, started, attempt=attempt, error=str(exc))
-                log_complete.error("effectq %s: %s", effect.name, exc)
-                raise CompletionNotReplicatedError(
-                    key, acknowledged=exc.acknowledged, required=exc.required, name=effect.name, result=value
-                ) from None
-            except StoreError as exc:
-                _store_failed(call, store.complete, started, exc)
-                if pause is not None:
-                    yield SleepOp(pause)
-                    continue
-                _complete_later(call, token, exc, kwargs)
-                return
-            if not recorded:
-                _log_taken_over(call, token)
-            else:
-                _emit(call, EventKind.COMPLETED, started, attempt=attempt, error=why)
-            return
+        kwargs, why, _ = _encoded(call, value)
+        yield from _complete(call, token, value, attempt, kwargs, why)
     except BaseException as cut:
-        if is_crash(cut) or isinstance(cut, EffectqError):
-            raise
-        _complete_later(call, token, cut, kwargs or _completion(call, value))
+        _cut(call, token, value, cut, kwargs)
         raise
+
+
+def _encoded(call: Call, value: Any) -> tuple[dict[str, Any], str, bool]:
+    """``complete``'s keyword arguments for ``value``, why its result is not stored (if not:
+    then logged, as a replay will raise ResultNotRecordedError), and whether the completion
+    may be pipelined (written without waiting for its reply): not one that records no result."""
+    effect = call.effect
+    options = effect.options
+    data, state, why = effect.codec.encode(value, options.max_result_bytes)
+    kwargs = {"result": data, "result_state": state, "retention_ms": options.retention_ms}
+    if state is _STORED or state is _WITHHELD:
+        return kwargs, why, True
+    log_complete.warning(
+        "effectq %s applied but its result is not recorded (%s); a replay will raise "
+        "ResultNotRecordedError (key %s)",
+        effect.name,
+        why,
+        call.key,
+    )
+    return kwargs, why, False
+
+
+def _complete(
+    call: Call, token: int, value: Any, attempt: int, kwargs: dict[str, Any], why: str
+) -> Generator[Op, Any, None]:
+    """Write the completion ``kwargs`` (of ``value``) and wait for its reply; a store error is
+    tried again inline, then handed to the heartbeat. A cut is the caller's (see :func:`_cut`)."""
+    effect, store, key = call.effect, call.store, call.key
+    for pause in _COMPLETE_PAUSES:
+        started = time.time_ns()
+        try:
+            recorded = yield StoreOp(store.complete, key, token, **kwargs)
+        except CompletionNotReplicatedError as exc:
+            _emit(call, EventKind.COMPLETED, started, attempt=attempt, error=str(exc))
+            log_complete.error("effectq %s: %s", effect.name, exc)
+            raise CompletionNotReplicatedError(
+                key, acknowledged=exc.acknowledged, required=exc.required, name=effect.name, result=value
+            ) from None
+        except StoreError as exc:
+            _store_failed(call, store.complete, started, exc)
+            if pause is not None:
+                yield SleepOp(pause)
+                continue
+            _complete_later(call, token, exc, kwargs)
+            return
+        if not recorded:
+            _log_taken_over(call, token)
+        else:
+            _emit(call, EventKind.COMPLETED, started, attempt=attempt, error=why)
+        return
+
+
+def _cut(
+    call: Call, token: int, value: Any, cut: BaseException, kwargs: dict[str, Any] | None, lease: Any = None
+) -> None:
+    """An exception raised into the call (a time limit, a cancellation) after ``value`` was
+    returned, before its completion is known to have landed: the completion (``kwargs``, or
+    ``value`` encoded) goes to the heartbeat, tried at once; ``lease`` is dropped. Not after a
+    simulated crash, nor for effectq's own error (a completion not replicated: it landed)."""
+    if lease is not None:
+        heartbeat.drop(lease)
+    if is_crash(cut) or isinstance(cut, EffectqError):
+        return
+    _complete_later(call, token, cut, kwargs or _completion(call, value))
 
 
 def _write(

@@ -139,20 +139,11 @@ def _give_back_unrun(
     _write_later("release", call, store.release, (key, token), kwargs, exc)
 
 
-def _cut_after_return(call: Call, token: int, lease: Lease | None, value: Any, exc: BaseException) -> None:
-    """The function returned, then an exception raised into the call (a time limit) before its
-    completion was written: the completion goes to the heartbeat, tried at once."""
-    if lease is not None:
-        heartbeat.drop(lease)
-    if not is_crash(exc):
-        _complete_later(call, token, exc, _completion(call, value))
-
-
 class Settle:
     """What to do with a pipelined completion's outcome once its reply is read (the
     ``on_reply`` of ``Store.complete_pipelined``).
 
-    The same as :func:`_record` after a completion, but for the retries: a store
+    The same as the engine's wait for a completion's reply, but for the retries: a store
     error goes straight to the heartbeat's, as the caller has moved on. The
     completed event reaches listeners when the reply confirms it, in the context
     the effect was called in (a tracing listener parents its span there), and
@@ -163,7 +154,7 @@ class Settle:
 
     def __init__(self, call: Call, token: int, attempt: int, kwargs: dict[str, Any], why: str) -> None:
         self.call, self.token, self.attempt, self.kwargs, self.why = call, token, attempt, kwargs, why
-        self.context = contextvars.copy_context() if events.listeners() else None
+        self.context = contextvars.copy_context() if events._listeners else None  # as _emit reads it
         self.started = time.time_ns() if self.context is not None else 0  # for the event only
         self.written = 0  # when the write went out: set by the caller once it has, for the event
 
