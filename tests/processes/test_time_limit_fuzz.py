@@ -333,8 +333,8 @@ def _fuzz(url: str, namespace: str, seed: int, calls: int) -> dict[str, Any]:
             outcome = "interrupted"
         except ValueError:
             outcome = "raised"
-        except (effectq.OutcomeUnknown, effectq.InProgress) as exc:
-            outcome = type(exc).__name__
+        except (effectq.OutcomeUnknown, effectq.InProgress, effectq.AttemptsExhausted) as exc:
+            outcome = type(exc).__name__  # parked: a failing task cut by the limit max_attempts times
         finally:
             limit.live = False  # first: no point between here and it for the alarm to land
             limit.disarm()
@@ -379,7 +379,7 @@ def _fuzz(url: str, namespace: str, seed: int, calls: int) -> dict[str, Any]:
             return "cancelled"
         except ValueError:
             return "raised"
-        except (effectq.OutcomeUnknown, effectq.InProgress) as exc:
+        except (effectq.OutcomeUnknown, effectq.InProgress, effectq.AttemptsExhausted) as exc:
             return type(exc).__name__
 
     async def async_phase() -> None:
@@ -429,6 +429,8 @@ def _fuzz(url: str, namespace: str, seed: int, calls: int) -> dict[str, Any]:
             problems.append(f"{key}: a call of it {wrong}")
         if record is not None and record.status is effectq.Status.DISPATCHED:
             problems.append(f"{key} ({what}) left dispatched{where}")
+        if count and record is not None and record.status is effectq.Status.FAILED:
+            problems.append(f"{key} applied but parked: its result is lost{where}")
         if count and (record is None or record.status is effectq.Status.RELEASED):
             problems.append(f"{key} applied but {status}: the next call would apply it again{where}")
         if record is not None and record.status is effectq.Status.UNKNOWN and cause not in record.error:
