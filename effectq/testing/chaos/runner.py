@@ -29,6 +29,7 @@ from pathlib import Path
 
 from ..ledger import Ledger, verdict
 from ..workers import Producer, WorkerProcess
+from .config import WorkloadConfig
 from .options import AMQP_URL as AMQP_URL  # importable from here too
 from .options import CONFIGURATIONS, SIZE_TIMEOUTS, SIZES, Options
 from .options import KILL_WITH as KILL_WITH
@@ -42,7 +43,6 @@ from .report import Report
 from .torment import CALM_AFTER as CALM_AFTER
 from .torment import Chaos
 from .user import Send, UserProducer, load
-from .workload import WorkloadConfig
 
 __all__ = [
     "CONFIGURATIONS",
