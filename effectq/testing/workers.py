@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from .chaos.workload import WorkloadConfig
+from .chaos.config import WorkloadConfig
 
 __all__ = ["Producer", "WorkerProcess", "delete_keys", "wait_until"]
 

@@ -19,7 +19,10 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from .runner import AMQP_URL, KILL_WITH, REDIS_URL, Options, Report, Unreachable, run_chaos
+from .options import AMQP_URL, KILL_WITH, REDIS_URL, Options
+from .reach import Unreachable
+from .report import Report
+from .runner import run_chaos
 from .scenarios import SCENARIOS
 from .user import load, parse_send
 

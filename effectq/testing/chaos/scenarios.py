@@ -1,7 +1,7 @@
 """Named chaos scenarios: each one a setting where task queues ran effects twice in production.
 
 A scenario is one entry of :data:`SCENARIOS`: the configuration it runs (task
-queue and broker), the :class:`~effectq.testing.chaos.runner.Options` it sets (pool,
+queue and broker), the :class:`~effectq.testing.chaos.options.Options` it sets (pool,
 faults, timings), and its sizes: ``ci`` (well under a minute on two cores, run by
 the test suite) and ``long`` (the documented long run). ``effectq chaos NAME``
 runs one; ``--compare`` runs it again with effectq off, where it must do harm.
@@ -28,10 +28,10 @@ class Scenario:
     """One named scenario.
 
     Attributes:
-        configuration: a key of :data:`~effectq.testing.chaos.runner.CONFIGURATIONS`.
+        configuration: a key of :data:`~effectq.testing.chaos.options.CONFIGURATIONS`.
         summary: what the run does, in one line.
         mirrors: the production setting it reproduces, and where it was reported.
-        options: :class:`~effectq.testing.chaos.runner.Options` fields it sets (command-line
+        options: :class:`~effectq.testing.chaos.options.Options` fields it sets (command-line
             options given explicitly win).
         sizes: ``ci`` and ``long`` (``small`` optional): ``tasks``, ``effects``,
             ``workers`` and the run's ``timeout``.

@@ -33,7 +33,7 @@ from typing import Any
 import effectq.events
 from effectq.testing.ledger import Ledger
 
-from .workload import WorkloadConfig
+from .config import WorkloadConfig
 
 __all__ = ["Send", "Target", "UserProducer", "app", "broker", "load", "parse_send"]
 
