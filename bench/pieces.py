@@ -23,6 +23,7 @@ import uuid
 from typing import Any
 
 import redis
+from python_per_call import Canned
 
 import effectq
 from effectq.keys import default_key
@@ -90,23 +91,6 @@ def round_trips(client: redis.Redis, store: effectq.RedisStore, n: int) -> dict[
         bare.close()
 
 
-class _Canned:
-    """Stands for the store's lane: hands out fixed replies, sends nothing."""
-
-    def __init__(self, replies: list[Any]) -> None:
-        self._replies = itertools.cycle(replies)
-
-    def evalsha(self, sha: str, source: Any, keys: Any, args: Any, *, retry: bool) -> Any:
-        return next(self._replies)
-
-    def send_pipelined(self, sha: str, source: Any, keys: Any, args: Any, on_reply: Any) -> bool:
-        on_reply(next(self._replies))  # as the next call would, having read the reply
-        return True
-
-    def close(self) -> None:
-        pass
-
-
 def python_only(repeat: int = 7, number: int = 20_000) -> dict[str, float]:
     """µs of Python per call, the store's replies canned (best of ``repeat`` runs of ``number``)."""
     store = effectq.RedisStore.embedded(namespace="pieces")
@@ -135,10 +119,10 @@ def python_only(repeat: int = 7, number: int = 20_000) -> dict[str, float]:
     out: dict[str, float] = {}
     with effectq.run("pieces", store=store) as bound:
         bound.prefetch_tried = True  # every replay a claim, as in the latency benchmark
-        store._lane = _Canned([packed])  # type: ignore[assignment]
+        store._lane = Canned([packed])  # type: ignore[assignment]
         out["replay: the whole call"] = best(lambda: piece(next(counter)))
         out["replay: the least (key, request, reply, typed result)"] = best(least_replay)
-        store._lane = _Canned([[1, 1, 1, b"d", b""], 1])  # type: ignore[assignment]
+        store._lane = Canned([[1, 1, 1, b"d", b""], 1])  # type: ignore[assignment]
         out["first time: the whole call"] = best(lambda: piece(next(counter)))
         out["first time: the least (key, request, replies, encoded result)"] = best(least_first)
     return out

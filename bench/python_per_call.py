@@ -40,8 +40,8 @@ _REPLAY = b"c1\n1\n1\n\n1\nbench.piece\npieces\n:0123456789abcdef\n\n\n5"
 _CLAIMED = [1, 1, 1, b"d", b""]
 
 
-class _Canned:
-    """Stands for a store's lane: hands out fixed replies, sends nothing."""
+class Canned:
+    """Stands for a store's lane: hands out fixed replies, sends nothing (bench/pieces.py uses it too)."""
 
     def __init__(self, replies: list[Any]) -> None:
         self._replies = itertools.cycle(replies)
@@ -59,7 +59,7 @@ class _Canned:
         pass
 
 
-class _AsyncCanned(_Canned):
+class _AsyncCanned(Canned):
     async def evalsha(self, sha: str, source: Any, keys: Any, args: Any, *, retry: bool) -> Any:  # type: ignore[override]
         return next(self._replies)
 
@@ -84,7 +84,7 @@ def _calls() -> dict[str, Callable[[int], float]]:
 
     def sync_case(replies: list[Any]) -> Callable[[int], float]:
         def run(n: int) -> float:
-            store._lane = _Canned(replies)  # type: ignore[assignment]
+            store._lane = Canned(replies)  # type: ignore[assignment]
             with effectq.run("pieces", store=store) as bound:
                 bound.prefetch_tried = True  # every replay a claim
                 started = time.perf_counter()
