@@ -2,7 +2,7 @@
 
 For tests and single-process programs. It keeps records in a dict behind one
 lock and follows the same state machine as the Lua scripts, transition for
-transition (the hypothesis test in ``tests/test_state_model.py`` holds them to
+transition (the hypothesis test in ``tests/unit/test_state_model.py`` holds them to
 one reference model). Nothing survives the process.
 """
 
@@ -11,40 +11,16 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 from ..errors import ResolveRefusedError
 from ..keys import check_namespace
 from .base import Claim, ClaimKind, ClaimRequest, Record, ResultState, Status, Store, Unsubscribe
 from .memory_admin import MemoryOperations
+from .memory_rows import _Row
 
 __all__ = ["MemoryStore"]
 
 LEASE_EXPIRED = "lease expired while dispatched (holder {owner})"
-
-
-@dataclass(slots=True)
-class _Row:
-    status: Status
-    token: int
-    attempt: int
-    lease_until: int  # ms; 0 = no lease
-    owner: str
-    name: str
-    run_id: str
-    created: int
-    updated: int
-    input_hash: str = ""
-    result: bytes | None = None
-    result_state: ResultState = ResultState.STORED
-    error: str = ""
-    expires: int = 0  # ms; 0 = kept until changed
-    unknown_since: int = 0  # ms; when it became UNKNOWN
-    failure: str = ""  # a FAILED row's recorded terminal exception ("" when parked)
-    reconciler: tuple[str, str, str] | None = None
-    """Name, run id and input hash of the holder of a reconcile lease on an UNKNOWN: the row
-    keeps the recorded attempt's (what the reconcile asks about) until dispatch runs the holder."""
-    watchers: list[Callable[[], None]] = field(default_factory=list)
 
 
 class MemoryStore(MemoryOperations, Store):

@@ -11,10 +11,8 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from .base import Record, Status
+from .memory_rows import _Row
 from .operators import Standing, Summary, since, standing
-
-if TYPE_CHECKING:
-    from .memory import _Row
 
 __all__ = ["MemoryOperations"]
 
