@@ -34,6 +34,9 @@ upgrade: it differs only for floats from 1e-9 up to 1e-4 in magnitude or integra
 from 2**53 up to 1e21, and for objects whose member names, some beyond U+FFFF,
 sort otherwise by UTF-16 code units than by code points. :func:`key_bytes` gives both when they
 differ; see ``docs/keys.md``.
+
+This module builds the tree of JSON types and the bytes; :mod:`effectq.canonical_text`
+writes the tree as text.
 """
 
 from __future__ import annotations
@@ -51,6 +54,7 @@ from collections.abc import Mapping
 from pathlib import PurePath
 from typing import Any
 
+from .canonical_text import ENCODER, Number, has_astral, number_text, reordered, rfc_text, tree_text
 from .errors import InvalidInputError
 
 __all__ = [
@@ -65,120 +69,6 @@ __all__ = [
 
 MAX_DEPTH = 100
 """Deepest nesting accepted in an input; deeper input is refused with a clear error."""
-
-_encoder = json.JSONEncoder(ensure_ascii=False, allow_nan=False, sort_keys=True, separators=(",", ":"))
-_make_encoder = getattr(json.encoder, "c_make_encoder", None)
-_c_encoder = (
-    None
-    if _make_encoder is None
-    else _make_encoder(
-        None, _encoder.default, json.encoder.encode_basestring, None, ":", ",", True, False, False
-    )
-)
-_quote = json.encoder.encode_basestring  # RFC 8785's escapes: ", \ and U+0000-U+001F, lowercase hex
-
-
-def _text(tree: Any) -> str:
-    """``_encoder.encode(tree)``, without building an encoder per call.
-
-    The same C encoder ``JSONEncoder.encode`` makes on every call, made once; no
-    circular-reference markers, since a canonical tree is built fresh (and the
-    canonicaliser refuses cycles itself). For a tree without :class:`_Number` and
-    without member names beyond U+FFFF its text is RFC 8785's: the C encoder writes
-    floats of 1e-4 up to 1e16 as ECMAScript does, and sorts names by code point, which
-    is UTF-16 order for names of the Basic Multilingual Plane.
-    """
-    if _c_encoder is None:  # pragma: no cover - interpreters without the C accelerator
-        return _encoder.encode(tree)
-    return "".join(_c_encoder(tree, 0))
-
-
-def number_text(value: float) -> str:
-    """A finite float as RFC 8785 (ECMAScript's ``Number.prototype.toString``) writes it.
-
-    The digits are Python's shortest round-trip digits (``repr``), placed as
-    ECMAScript places them: plain from 1e-6 up to 1e21, else ``d.ddde±x``.
-    """
-    if value == 0:
-        return "0"
-    sign = "-" if value < 0 else ""
-    mantissa, _, exponent = repr(abs(value)).partition("e")
-    whole, _, fraction = mantissa.partition(".")
-    digits = (whole + fraction).lstrip("0")
-    point = len(whole) + (int(exponent) if exponent else 0) - (len(whole + fraction) - len(digits))
-    digits = digits.rstrip("0")  # value == 0.digits * 10**point
-    count = len(digits)
-    if count <= point <= 21:
-        return sign + digits + "0" * (point - count)
-    if 0 < point <= 21:
-        return sign + digits[:point] + "." + digits[point:]
-    if -6 < point <= 0:
-        return sign + "0." + "0" * -point + digits
-    power = point - 1
-    mark = "+" if power >= 0 else "-"
-    head = digits if count == 1 else digits[0] + "." + digits[1:]
-    return f"{sign}{head}e{mark}{abs(power)}"
-
-
-class _Number:
-    """A float whose RFC 8785 text is not Python's (1e-9 up to 1e-4, or integral from 2**53 up to 1e21)."""
-
-    __slots__ = ("value",)
-
-    def __init__(self, value: float) -> None:
-        self.value = value
-
-
-def _utf16(name: str) -> bytes:
-    return name.encode("utf-16-be", "surrogatepass")
-
-
-def _astral(name: str) -> bool:
-    """Whether ``name`` has a character beyond U+FFFF (two UTF-16 code units)."""
-    return not name.isascii() and max(name) > "\uffff"
-
-
-def _reordered(names: Mapping[str, Any]) -> bool:
-    """Whether UTF-16 order and code point order of these names differ (never without an astral one)."""
-    return sorted(names) != sorted(names, key=_utf16)
-
-
-def _write(node: Any, out: list[str]) -> None:
-    """Append RFC 8785 text of a canonical tree to ``out`` (any tree; :func:`_text` is the fast one)."""
-    cls = type(node)
-    if cls is str:
-        out.append(_quote(node))
-    elif cls is dict:
-        out.append("{")
-        for i, name in enumerate(sorted(node, key=_utf16)):
-            if i:
-                out.append(",")
-            out.append(_quote(name))
-            out.append(":")
-            _write(node[name], out)
-        out.append("}")
-    elif cls is list:
-        out.append("[")
-        for i, item in enumerate(node):
-            if i:
-                out.append(",")
-            _write(item, out)
-        out.append("]")
-    elif cls is _Number:
-        out.append(number_text(node.value))
-    elif cls is float:
-        out.append(number_text(node))
-    else:  # int, bool, None
-        out.append(json.dumps(node))
-
-
-def _rfc_text(tree: Any, special: bool) -> str:
-    if not special:
-        return _text(tree)
-    out: list[str] = []
-    _write(tree, out)
-    return "".join(out)
-
 
 _SCALARS = (str, int, bool, type(None))
 _MAX_EXACT = 2**53
@@ -196,7 +86,7 @@ def canonical_json(value: Any, *, argument: str = "input") -> bytes:
     """
     canon = _Canon(argument)
     tree = canon.convert(value, argument, 0)
-    return _utf8(_rfc_text(tree, canon.special), {argument: tree})
+    return _utf8(rfc_text(tree, canon.special), {argument: tree})
 
 
 def canonical_hash(value: Any, *, argument: str = "input") -> str:
@@ -216,7 +106,7 @@ def canonicalize(value: Any, *, argument: str = "input") -> Any:
 
 def _plain(node: Any) -> Any:
     cls = type(node)
-    if cls is _Number:
+    if cls is Number:
         value = node.value
         return int(number_text(value)) if value.is_integer() and abs(value) < 1e21 else value
     if cls is dict:
@@ -270,7 +160,7 @@ class _Canon:
         elif magnitude >= 1e-4 or magnitude < 1e-9:  # as ECMAScript too: 0.5, 1.5e-10, 5e-324
             return value
         self.special = True  # 1e-9 up to 1e-4 (1e-07, 1e-05), or integral from 2**53 up to 1e21
-        return value if self.legacy else _Number(value)
+        return value if self.legacy else Number(value)
 
     def _enter(self, value: Any, path: str) -> int:
         ident = id(value)
@@ -295,9 +185,9 @@ class _Canon:
                 name = self._key(k, path)
                 if name in out:
                     raise self.fail(path, f"two keys both become {name!r}")
-                astral = astral or _astral(name)
+                astral = astral or has_astral(name)
                 out[name] = self.convert(v, f"{path}.{name}", depth + 1)
-            if astral and _reordered(out):
+            if astral and reordered(out):
                 self.special = True
             return out
         finally:
@@ -316,7 +206,7 @@ class _Canon:
             return str(key)
         if isinstance(key, float):
             number = self._float(key, path)
-            return number_text(number.value) if type(number) is _Number else _encoder.encode(number)
+            return number_text(number.value) if type(number) is Number else ENCODER.encode(number)
         raise self.fail(path, f"a mapping key of type {type(key).__qualname__} is not a string")
 
     def _other(self, value: Any, path: str, depth: int) -> Any:
@@ -370,8 +260,8 @@ class _Canon:
         finally:
             self._active.discard(ident)
         if self.legacy:
-            return sorted(items, key=_encoder.encode)
-        return sorted(items, key=lambda item: _rfc_text(item, self.special))
+            return sorted(items, key=ENCODER.encode)
+        return sorted(items, key=lambda item: rfc_text(item, self.special))
 
     def _dataclass(self, value: Any, path: str, depth: int) -> dict[str, Any]:
         ident = self._enter(value, path)
@@ -434,7 +324,7 @@ def _canonical(arguments: Mapping[str, Any], legacy: bool) -> tuple[bytes, bool]
         if type(value) not in _SCALARS or not name.isascii():
             break
     else:  # already canonical, and the same under both schemes
-        text = _text(arguments)
+        text = tree_text(arguments)
         try:
             return text.encode("utf-8"), False
         except UnicodeEncodeError:  # a lone surrogate: _utf8 says where
@@ -445,9 +335,9 @@ def _canonical(arguments: Mapping[str, Any], legacy: bool) -> tuple[bytes, bool]
         canon = _Canon(name, legacy)
         tree[name] = canon.convert(value, name, 0)
         special = special or canon.special
-    if not special and any(_astral(name) for name in tree) and _reordered(tree):
+    if not special and any(has_astral(name) for name in tree) and reordered(tree):
         special = True
-    text = _text(tree) if legacy else _rfc_text(tree, special)
+    text = tree_text(tree) if legacy else rfc_text(tree, special)
     return _utf8(text, tree), special
 
 

@@ -233,6 +233,6 @@ _JSON = st.recursive(
 @given(tree=_JSON)
 def test_the_encoder_made_once_writes_what_json_writes(tree: Any) -> None:
     """Keys must not change with how the JSON is written: the same bytes as JSONEncoder.encode."""
-    from effectq import canonical
+    from effectq import canonical_text
 
-    assert canonical._text(tree) == canonical._encoder.encode(tree)
+    assert canonical_text.tree_text(tree) == canonical_text.ENCODER.encode(tree)
