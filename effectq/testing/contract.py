@@ -21,39 +21,19 @@ from collections.abc import Callable
 
 import pytest
 
-from ..errors import ResolveRefusedError
-from ..store.base import Claim, ClaimKind, ClaimRequest, ResultState, Status, Store
+from ..store.base import ClaimKind, ResultState, Status, Store
+from .contract_requests import LIVE_MS, RETENTION_MS, SHORT_MS, expire, request
 from .failed_contract import FailedContract
+from .unknown_contract import UnknownContract
 
 __all__ = ["StoreContract"]
 
-LIVE_MS = 5_000
-"""A lease that cannot run out during a test."""
-SHORT_MS = 80
-"""A lease a test lets run out."""
-RETENTION_MS = 60_000
 
-
-def _request(
-    owner: str | None = None, lease_ms: int = LIVE_MS, run_id: str = "run-1", **kwargs: object
-) -> ClaimRequest:
-    return ClaimRequest(
-        lease_ms=lease_ms,
-        owner=owner or uuid.uuid4().hex,
-        name="contract.effect",
-        run_id=run_id,
-        retention_ms=RETENTION_MS,
-        **kwargs,  # type: ignore[arg-type]
-    )
-
-
-def _expire() -> None:
-    time.sleep(SHORT_MS / 1000 * 2.5)
-
-
-class StoreContract(FailedContract):
+class StoreContract(UnknownContract, FailedContract):
     """Tests every store must pass. Subclasses provide ``store_factory(namespace) -> Store``.
-    The tests on failed records (``fail``, the attempts cap) are :class:`FailedContract`'s."""
+    The tests on unknown outcomes (``mark_unknown``, reconcile, ``resolve``) are
+    :class:`UnknownContract`'s; those on failed records (``fail``, the attempts cap)
+    :class:`FailedContract`'s."""
 
     @pytest.fixture
     def store(self, store_factory: Callable[[str], Store]) -> Store:
@@ -67,7 +47,7 @@ class StoreContract(FailedContract):
 
     def test_first_claim_dispatches(self, store: Store, key: str) -> None:
         """A fresh key is claimed: dispatched, attempt 1, a token to fence with."""
-        claim = store.claim(key, _request())
+        claim = store.claim(key, request())
         assert claim.kind is ClaimKind.CLAIMED
         assert claim.status is Status.DISPATCHED
         assert claim.attempt == 1
@@ -82,8 +62,8 @@ class StoreContract(FailedContract):
 
     def test_second_claim_sees_in_flight(self, store: Store, key: str) -> None:
         """While a live lease holds the key, another caller is told to wait, with the holder."""
-        first = store.claim(key, _request(owner="holder-1"))
-        second = store.claim(key, _request())
+        first = store.claim(key, request(owner="holder-1"))
+        second = store.claim(key, request())
         assert second.kind is ClaimKind.IN_FLIGHT
         assert second.token == first.token
         assert 0 < second.lease_ms <= LIVE_MS
@@ -91,41 +71,41 @@ class StoreContract(FailedContract):
 
     def test_retried_claim_with_same_owner_gets_same_grant(self, store: Store, key: str) -> None:
         """A claim whose reply was lost can be retried with the same owner: same token, no conflict."""
-        first = store.claim(key, _request(owner="me"))
-        again = store.claim(key, _request(owner="me"))
+        first = store.claim(key, request(owner="me"))
+        again = store.claim(key, request(owner="me"))
         assert again.kind is ClaimKind.CLAIMED
         assert again.token == first.token
 
     def test_retried_claim_takes_a_fresh_lease(self, store: Store, key: str) -> None:
         """A retried claim whose first try's lease ran out while its reply was lost gets its
         grant back with a lease from the retry: nobody else takes the key over meanwhile."""
-        first = store.claim(key, _request(owner="me", lease_ms=SHORT_MS))
-        _expire()
-        again = store.claim(key, _request(owner="me"))
+        first = store.claim(key, request(owner="me", lease_ms=SHORT_MS))
+        expire()
+        again = store.claim(key, request(owner="me"))
         assert again.kind is ClaimKind.CLAIMED
         assert (again.token, again.attempt) == (first.token, first.attempt)
         record = store.get(key)
         assert record is not None and record.status is Status.DISPATCHED and record.lease_live
-        other = store.claim(key, _request(can_reconcile=True, replay_safe=True))
+        other = store.claim(key, request(can_reconcile=True, replay_safe=True))
         assert other.kind is ClaimKind.IN_FLIGHT
         assert other.owner == "me"
 
     def test_retried_reconcile_claim_takes_a_fresh_lease(self, store: Store, key: str) -> None:
         """The same for a reconcile lease, of a pending record and of an unknown one."""
         pending = store.claim(
-            key, _request(owner="p", lease_ms=SHORT_MS, can_reconcile=True, reconcile_first=True)
+            key, request(owner="p", lease_ms=SHORT_MS, can_reconcile=True, reconcile_first=True)
         )
-        _expire()
-        again = store.claim(key, _request(owner="p", can_reconcile=True, reconcile_first=True))
+        expire()
+        again = store.claim(key, request(owner="p", can_reconcile=True, reconcile_first=True))
         assert (again.kind, again.token, again.status) == (ClaimKind.RECONCILE, pending.token, Status.PENDING)
-        assert store.claim(key, _request()).kind is ClaimKind.IN_FLIGHT
+        assert store.claim(key, request()).kind is ClaimKind.IN_FLIGHT
         assert store.dispatch(key, again.token, lease_ms=LIVE_MS) == 1
         assert store.mark_unknown(key, again.token, error="x")
-        held = store.claim(key, _request(owner="u", lease_ms=SHORT_MS, can_reconcile=True))
-        _expire()
-        again = store.claim(key, _request(owner="u", can_reconcile=True))
+        held = store.claim(key, request(owner="u", lease_ms=SHORT_MS, can_reconcile=True))
+        expire()
+        again = store.claim(key, request(owner="u", can_reconcile=True))
         assert (again.kind, again.token, again.status) == (ClaimKind.RECONCILE, held.token, Status.UNKNOWN)
-        assert store.claim(key, _request(can_reconcile=True)).kind is ClaimKind.IN_FLIGHT
+        assert store.claim(key, request(can_reconcile=True)).kind is ClaimKind.IN_FLIGHT
 
     def test_missing_record_is_none(self, store: Store, key: str) -> None:
         """get() of a key never claimed is None."""
@@ -135,11 +115,11 @@ class StoreContract(FailedContract):
 
     def test_complete_then_claim_replays(self, store: Store, key: str) -> None:
         """A completed record answers every later claim with its result, in one call."""
-        claim = store.claim(key, _request())
+        claim = store.claim(key, request())
         assert store.complete(
             key, claim.token, result=b'{"id":7}', result_state=ResultState.STORED, retention_ms=RETENTION_MS
         )
-        again = store.claim(key, _request())
+        again = store.claim(key, request())
         assert again.kind is ClaimKind.COMPLETED
         assert again.result == b'{"id":7}'
         assert again.result_state is ResultState.STORED
@@ -150,14 +130,14 @@ class StoreContract(FailedContract):
 
     def test_complete_is_idempotent_for_its_token(self, store: Store, key: str) -> None:
         """Completing twice with the same token (a retried reply) succeeds and changes nothing."""
-        claim = store.claim(key, _request())
+        claim = store.claim(key, request())
         kw = {"result": b"1", "result_state": ResultState.STORED, "retention_ms": RETENTION_MS}
         assert store.complete(key, claim.token, **kw)  # type: ignore[arg-type]
         assert store.complete(key, claim.token, **kw)  # type: ignore[arg-type]
 
     def test_complete_with_stale_token_is_refused(self, store: Store, key: str) -> None:
         """A token that does not hold the record cannot complete it."""
-        claim = store.claim(key, _request())
+        claim = store.claim(key, request())
         assert not store.complete(
             key, claim.token + 1, result=b"1", result_state=ResultState.STORED, retention_ms=RETENTION_MS
         )
@@ -166,363 +146,64 @@ class StoreContract(FailedContract):
 
     def test_complete_without_result(self, store: Store, key: str) -> None:
         """A result too large to keep is recorded as applied, without the result."""
-        claim = store.claim(key, _request())
+        claim = store.claim(key, request())
         assert store.complete(
             key, claim.token, result=None, result_state=ResultState.TOO_LARGE, retention_ms=RETENTION_MS
         )
-        again = store.claim(key, _request())
+        again = store.claim(key, request())
         assert again.kind is ClaimKind.COMPLETED
         assert again.result_state is ResultState.TOO_LARGE
         assert not again.result
 
     def test_input_hash_is_kept(self, store: Store, key: str) -> None:
         """The input hash of the claim comes back with the completed record."""
-        claim = store.claim(key, _request(input_hash="abc123"))
+        claim = store.claim(key, request(input_hash="abc123"))
         store.complete(
             key, claim.token, result=b"1", result_state=ResultState.STORED, retention_ms=RETENTION_MS
         )
-        assert store.claim(key, _request()).input_hash == "abc123"
+        assert store.claim(key, request()).input_hash == "abc123"
 
     def test_completed_record_expires_after_retention(self, store: Store, key: str) -> None:
         """After the retention, a completed record is gone (and the key is free)."""
-        claim = store.claim(key, _request())
+        claim = store.claim(key, request())
         store.complete(key, claim.token, result=b"1", result_state=ResultState.STORED, retention_ms=SHORT_MS)
-        _expire()
+        expire()
         assert store.get(key) is None
-        assert store.claim(key, _request()).kind is ClaimKind.CLAIMED
+        assert store.claim(key, request()).kind is ClaimKind.CLAIMED
 
     # -- release -----------------------------------------------------------------------
 
     def test_release_lets_the_next_call_apply(self, store: Store, key: str) -> None:
         """Released ("not applied") is claimable again, at the next attempt, with a new token."""
-        first = store.claim(key, _request())
+        first = store.claim(key, request())
         assert store.release(key, first.token, error="ValueError: no", retention_ms=RETENTION_MS)
         record = store.get(key)
         assert record is not None and record.status is Status.RELEASED
         assert "ValueError" in record.error
-        second = store.claim(key, _request())
+        second = store.claim(key, request())
         assert second.kind is ClaimKind.CLAIMED
         assert second.attempt == 2
         assert second.token > first.token
 
     def test_release_with_stale_token_is_refused(self, store: Store, key: str) -> None:
         """A stale token cannot release a record someone else holds."""
-        claim = store.claim(key, _request())
+        claim = store.claim(key, request())
         assert not store.release(key, claim.token - 1, error="x", retention_ms=RETENTION_MS)
-
-    # -- unknown -----------------------------------------------------------------------
-
-    def test_mark_unknown_is_never_replayed(self, store: Store, key: str) -> None:
-        """Unknown answers UNKNOWN, with why, to a caller that can neither reconcile nor replay."""
-        claim = store.claim(key, _request())
-        assert store.mark_unknown(key, claim.token, error="TimeoutError: read timed out")
-        again = store.claim(key, _request())
-        assert again.kind is ClaimKind.UNKNOWN
-        assert "TimeoutError" in again.error
-        record = store.get(key)
-        assert record is not None and record.status is Status.UNKNOWN
-        assert record.expires_at is None
-        assert record.unknown_since is not None and record.updated_at is not None
-        assert record.unknown_since <= record.updated_at
-
-    def test_lease_running_out_while_dispatched_means_unknown(self, store: Store, key: str) -> None:
-        """A dispatched record whose holder went silent is unknown, never re-dispatched."""
-        first = store.claim(key, _request(owner="dead-holder", lease_ms=SHORT_MS))
-        lease_end = store.get(key).lease_expires_at  # type: ignore[union-attr]
-        _expire()
-        again = store.claim(key, _request())
-        assert again.kind is ClaimKind.UNKNOWN
-        assert "lease expired" in again.error
-        assert "dead-holder" in again.error
-        record = store.get(key)
-        assert record is not None and record.token == first.token
-        assert record.unknown_since == lease_end, "unknown since the lease ran out, not since noticed"
-
-    def test_reconcile_lease_is_exclusive(self, store: Store, key: str) -> None:
-        """One caller at a time reconciles an unknown; the others wait."""
-        claim = store.claim(key, _request())
-        store.mark_unknown(key, claim.token, error="x")
-        first = store.claim(key, _request(can_reconcile=True))
-        assert first.kind is ClaimKind.RECONCILE
-        assert first.token > claim.token
-        assert first.status is Status.UNKNOWN
-        second = store.claim(key, _request(can_reconcile=True))
-        assert second.kind is ClaimKind.IN_FLIGHT
-
-    def test_reconcile_found_completes(self, store: Store, key: str) -> None:
-        """A reconciler that found the effect records it as completed with its token."""
-        claim = store.claim(key, _request())
-        store.mark_unknown(key, claim.token, error="x")
-        rec = store.claim(key, _request(can_reconcile=True))
-        assert store.complete(
-            key, rec.token, result=b"5", result_state=ResultState.STORED, retention_ms=RETENTION_MS
-        )
-        assert store.claim(key, _request()).kind is ClaimKind.COMPLETED
-
-    def test_reconcile_failure_keeps_unknown(self, store: Store, key: str) -> None:
-        """Giving back a reconcile lease leaves the record unknown, for the next reconciler."""
-        claim = store.claim(key, _request())
-        store.mark_unknown(key, claim.token, error="x")
-        rec = store.claim(key, _request(can_reconcile=True))
-        assert store.release(key, rec.token, error="lookup failed", retention_ms=RETENTION_MS)
-        record = store.get(key)
-        assert record is not None and record.status is Status.UNKNOWN
-        assert store.claim(key, _request()).kind is ClaimKind.UNKNOWN
-        assert store.claim(key, _request(can_reconcile=True)).kind is ClaimKind.RECONCILE
-
-    def test_reconcile_not_found_dispatches_under_new_token(self, store: Store, key: str) -> None:
-        """Reconcile found nothing: the reconciler executes, and the old holder is fenced out."""
-        old = store.claim(key, _request(lease_ms=SHORT_MS))
-        _expire()
-        rec = store.claim(key, _request(can_reconcile=True))
-        assert rec.kind is ClaimKind.RECONCILE
-        attempt = store.dispatch(key, rec.token, lease_ms=LIVE_MS)
-        assert attempt == 2
-        record = store.get(key)
-        assert record is not None and record.status is Status.DISPATCHED
-        assert not store.renew(key, old.token, lease_ms=LIVE_MS)
-        assert not store.complete(
-            key, old.token, result=b"old", result_state=ResultState.STORED, retention_ms=RETENTION_MS
-        )
-        assert store.complete(
-            key, rec.token, result=b"new", result_state=ResultState.STORED, retention_ms=RETENTION_MS
-        )
-        assert store.claim(key, _request()).result == b"new"
-
-    def test_holder_of_an_unknown_cannot_redispatch_it(self, store: Store, key: str) -> None:
-        """Only a reconcile lease turns an unknown back into a dispatch, not the old token."""
-        claim = store.claim(key, _request())
-        store.mark_unknown(key, claim.token, error="x")
-        assert store.dispatch(key, claim.token, lease_ms=LIVE_MS) == 0
-        record = store.get(key)
-        assert record is not None and record.status is Status.UNKNOWN
-
-    def test_late_holder_may_settle_its_own_unknown(self, store: Store, key: str) -> None:
-        """A slow holder whose lease ran out, with nobody taking over, can still record the truth."""
-        old = store.claim(key, _request(lease_ms=SHORT_MS))
-        _expire()
-        assert store.claim(key, _request()).kind is ClaimKind.UNKNOWN
-        assert store.complete(
-            key, old.token, result=b"1", result_state=ResultState.STORED, retention_ms=RETENTION_MS
-        )
-        assert store.claim(key, _request()).kind is ClaimKind.COMPLETED
-
-    def test_replay_safe_redispatches_unknown(self, store: Store, key: str) -> None:
-        """A replay-safe caller re-executes an unknown under a new token (the remote dedupes)."""
-        first = store.claim(key, _request())
-        store.mark_unknown(key, first.token, error="x")
-        again = store.claim(key, _request(replay_safe=True))
-        assert again.kind is ClaimKind.CLAIMED
-        assert again.attempt == 2
-        assert again.token > first.token
-
-    @staticmethod
-    def _rerun_unknown(
-        store: Store, key: str, *, replay_safe: bool = False, can_reconcile: bool = False
-    ) -> Claim:
-        """An unknown recorded by run-1 with input h100, claimed again by run-2 with input h250."""
-        first = store.claim(key, _request(input_hash="h100"))
-        store.mark_unknown(key, first.token, error="x")
-        again = _request(
-            input_hash="h250", run_id="run-2", replay_safe=replay_safe, can_reconcile=can_reconcile
-        )
-        return store.claim(key, again)
-
-    @staticmethod
-    def _identities(store: Store, key: str, token: int) -> tuple[tuple[str, str], str]:
-        """(run id, input hash) of the record now, and the input hash a replay reports once
-        ``token`` completed it."""
-        record = store.get(key)
-        assert record is not None
-        store.complete(key, token, result=b"1", result_state=ResultState.STORED, retention_ms=RETENTION_MS)
-        return (record.run_id, record.input_hash), store.claim(key, _request()).input_hash
-
-    def test_replay_safe_rerun_owns_the_record(self, store: Store, key: str) -> None:
-        """The re-run of an unknown is what executes: the record takes its run id and input hash."""
-        again = self._rerun_unknown(store, key, replay_safe=True)
-        assert again.kind is ClaimKind.CLAIMED
-        assert self._identities(store, key, again.token) == (("run-2", "h250"), "h250")
-
-    def test_reconcile_asks_about_the_recorded_attempt(self, store: Store, key: str) -> None:
-        """A reconcile lease on an unknown keeps the recorded attempt's identity, and the claim
-        says which input that attempt had; a reconciler that found it completes it as recorded."""
-        rec = self._rerun_unknown(store, key, can_reconcile=True)
-        assert (rec.kind, rec.input_hash) == (ClaimKind.RECONCILE, "h100")
-        assert self._identities(store, key, rec.token) == (("run-1", "h100"), "h100")
-
-    def test_dispatch_after_reconcile_owns_the_record(self, store: Store, key: str) -> None:
-        """A reconciler that found nothing and dispatches is what executes: the record takes its
-        run id and input hash."""
-        rec = self._rerun_unknown(store, key, can_reconcile=True)
-        assert store.dispatch(key, rec.token, lease_ms=LIVE_MS) == 2
-        assert self._identities(store, key, rec.token) == (("run-2", "h250"), "h250")
-
-    def test_reconcile_first_starts_pending(self, store: Store, key: str) -> None:
-        """reconcile_first claims PENDING (nothing runs yet); dispatch makes it the first attempt."""
-        claim = store.claim(key, _request(can_reconcile=True, reconcile_first=True))
-        assert claim.kind is ClaimKind.RECONCILE
-        assert claim.status is Status.PENDING
-        assert store.claim(key, _request()).kind is ClaimKind.IN_FLIGHT
-        assert store.dispatch(key, claim.token, lease_ms=LIVE_MS) == 1
-
-    def test_retried_dispatch_takes_a_fresh_lease(self, store: Store, key: str) -> None:
-        """A dispatch retried with the same token (its reply was lost) gets the same attempt back,
-        with a lease from the retry, though the first try's ran out meanwhile."""
-        claim = store.claim(key, _request(lease_ms=SHORT_MS, can_reconcile=True, reconcile_first=True))
-        assert store.dispatch(key, claim.token, lease_ms=SHORT_MS) == 1
-        _expire()
-        assert store.dispatch(key, claim.token, lease_ms=LIVE_MS) == 1
-        record = store.get(key)
-        assert record is not None and record.status is Status.DISPATCHED and record.lease_live
-        assert store.claim(key, _request(can_reconcile=True)).kind is ClaimKind.IN_FLIGHT
-
-    def test_pending_holder_dying_frees_the_key(self, store: Store, key: str) -> None:
-        """A pending record whose lease ran out never ran: the next caller claims it afresh."""
-        store.claim(key, _request(lease_ms=SHORT_MS, can_reconcile=True, reconcile_first=True))
-        _expire()
-        claim = store.claim(key, _request())
-        assert claim.kind is ClaimKind.CLAIMED
-        assert claim.attempt == 1
 
     # -- renew -------------------------------------------------------------------------
 
     def test_renew_keeps_the_holder_alive(self, store: Store, key: str) -> None:
         """A renewed lease outlives its first term; others still see the effect in flight."""
-        claim = store.claim(key, _request(lease_ms=SHORT_MS * 3))
+        claim = store.claim(key, request(lease_ms=SHORT_MS * 3))
         for _ in range(3):
             time.sleep(SHORT_MS / 1000)
             assert store.renew(key, claim.token, lease_ms=SHORT_MS * 3)
-        assert store.claim(key, _request()).kind is ClaimKind.IN_FLIGHT
+        assert store.claim(key, request()).kind is ClaimKind.IN_FLIGHT
 
     def test_renew_with_stale_token_is_refused(self, store: Store, key: str) -> None:
         """Only the holder renews."""
-        claim = store.claim(key, _request())
+        claim = store.claim(key, request())
         assert not store.renew(key, claim.token + 1, lease_ms=LIVE_MS)
-
-    # -- resolve -----------------------------------------------------------------------
-
-    def test_resolve_applied(self, store: Store, key: str) -> None:
-        """An operator settles an unknown as applied, with a result; later calls replay it."""
-        claim = store.claim(key, _request())
-        store.mark_unknown(key, claim.token, error="x")
-        record = store.resolve(
-            key, applied=True, result=b'"ok"', note="alice: seen in the CRM", retention_ms=RETENTION_MS
-        )
-        assert record.status is Status.COMPLETED
-        again = store.claim(key, _request())
-        assert again.kind is ClaimKind.COMPLETED
-        assert again.result == b'"ok"'
-        assert not store.complete(
-            key, claim.token, result=b"1", result_state=ResultState.STORED, retention_ms=RETENTION_MS
-        )
-
-    def test_resolve_applied_without_result(self, store: Store, key: str) -> None:
-        """Settled as applied with no result known: later claims replay "applied, result not recorded"."""
-        claim = store.claim(key, _request())
-        store.mark_unknown(key, claim.token, error="x")
-        record = store.resolve(
-            key, applied=True, result_state=ResultState.RESOLVED_WITHOUT_RESULT, retention_ms=RETENTION_MS
-        )
-        assert record.status is Status.COMPLETED
-        assert record.result is None
-        again = store.claim(key, _request())
-        assert again.kind is ClaimKind.COMPLETED
-        assert again.result_state is ResultState.RESOLVED_WITHOUT_RESULT
-        assert not again.result
-
-    def test_resolve_applied_without_a_result_says_so(self, store: Store, key: str) -> None:
-        """Settled as applied with no result given: a replay is told there is none to return."""
-        claim = store.claim(key, _request())
-        store.mark_unknown(key, claim.token, error="x")
-        store.resolve(key, applied=True, retention_ms=RETENTION_MS)
-        again = store.claim(key, _request())
-        assert again.kind is ClaimKind.COMPLETED
-        assert again.result_state is ResultState.RESOLVED_WITHOUT_RESULT
-
-    def test_resolve_not_applied(self, store: Store, key: str) -> None:
-        """Settled as not applied, the next call applies the effect."""
-        claim = store.claim(key, _request())
-        store.mark_unknown(key, claim.token, error="x")
-        assert store.resolve(key, applied=False, retention_ms=RETENTION_MS).status is Status.RELEASED
-        assert store.claim(key, _request()).kind is ClaimKind.CLAIMED
-
-    def test_resolve_refuses_what_is_not_in_doubt(self, store: Store, key: str) -> None:
-        """Completed, released, live in-flight and missing records are never resolved."""
-        with pytest.raises(ResolveRefusedError) as missing:
-            store.resolve(key, applied=True, retention_ms=RETENTION_MS)
-        assert missing.value.status is None
-        claim = store.claim(key, _request())
-        with pytest.raises(ResolveRefusedError) as live:
-            store.resolve(key, applied=False, retention_ms=RETENTION_MS)
-        assert live.value.status == "dispatched"
-        store.complete(
-            key, claim.token, result=b"1", result_state=ResultState.STORED, retention_ms=RETENTION_MS
-        )
-        with pytest.raises(ResolveRefusedError) as done:
-            store.resolve(key, applied=False, retention_ms=RETENTION_MS)
-        assert done.value.status == "completed"
-
-    def test_resolve_race_has_one_winner(self, store: Store, key: str) -> None:
-        """Two operators settling the same unknown at once: exactly one succeeds."""
-        claim = store.claim(key, _request())
-        store.mark_unknown(key, claim.token, error="x")
-        outcomes: list[str] = []
-        barrier = threading.Barrier(2)
-
-        def settle(applied: bool) -> None:
-            barrier.wait()
-            try:
-                store.resolve(key, applied=applied, retention_ms=RETENTION_MS)
-                outcomes.append("won")
-            except ResolveRefusedError:
-                outcomes.append("refused")
-
-        threads = [threading.Thread(target=settle, args=(flag,)) for flag in (True, False)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        assert sorted(outcomes) == ["refused", "won"]
-
-    @pytest.mark.parametrize("applied", [True, False])
-    def test_resolve_repeated_as_settled_reports_it(self, store: Store, key: str, applied: bool) -> None:
-        """A resolve finding the record settled exactly as it asks (the same outcome, result and
-        note: its own first try, resent after a lost reply) reports it settled, unchanged; any
-        other decision is refused."""
-        claim = store.claim(key, _request())
-        store.mark_unknown(key, claim.token, error="x")
-        asked = {"applied": applied, "result": b"1" if applied else None, "note": "ops"}
-        first = store.resolve(key, retention_ms=RETENTION_MS, **asked)  # type: ignore[arg-type]
-        again = store.resolve(key, retention_ms=RETENTION_MS, **asked)  # type: ignore[arg-type]
-        assert (again.status, again.token, again.result) == (first.status, first.token, first.result)
-        others = [{**asked, "note": "someone else"}, {**asked, "applied": not applied, "result": None}]
-        if applied:
-            others += [{**asked, "result": b"2"}, {**asked, "result": None}]
-        for other in others:
-            with pytest.raises(ResolveRefusedError):
-                store.resolve(key, retention_ms=RETENTION_MS, **other)  # type: ignore[arg-type]
-
-    def test_resolve_never_takes_an_effects_own_outcome_for_its_own(self, store: Store, key: str) -> None:
-        """A record the effect completed or released itself is refused, whatever the resolve asks."""
-        claim = store.claim(key, _request())
-        kept = {"result_state": ResultState.STORED, "retention_ms": RETENTION_MS}
-        store.complete(key, claim.token, result=b"1", **kept)  # type: ignore[arg-type]
-        with pytest.raises(ResolveRefusedError):
-            store.resolve(key, applied=True, result=b"1", note="ops", retention_ms=RETENTION_MS)
-        other = f"{key}-released"
-        claim = store.claim(other, _request())
-        store.release(other, claim.token, error="ValueError: no", retention_ms=RETENTION_MS)
-        with pytest.raises(ResolveRefusedError):
-            store.resolve(other, applied=False, note="ops", retention_ms=RETENTION_MS)
-
-    def test_resolve_dispatched_with_dead_holder(self, store: Store, key: str) -> None:
-        """A dispatched record whose lease ran out is in doubt, so an operator may settle it."""
-        store.claim(key, _request(lease_ms=SHORT_MS))
-        _expire()
-        assert (
-            store.resolve(key, applied=True, result=b"1", retention_ms=RETENTION_MS).status
-            is Status.COMPLETED
-        )
 
     # -- isolation and notifications ---------------------------------------------------
 
@@ -530,15 +211,15 @@ class StoreContract(FailedContract):
         """The same key in two namespaces is two records."""
         a = store_factory(f"a{uuid.uuid4().hex[:10]}")
         b = store_factory(f"b{uuid.uuid4().hex[:10]}")
-        claim = a.claim(key, _request())
+        claim = a.claim(key, request())
         a.complete(key, claim.token, result=b"1", result_state=ResultState.STORED, retention_ms=RETENTION_MS)
         assert b.get(key) is None
-        assert b.claim(key, _request()).kind is ClaimKind.CLAIMED
+        assert b.claim(key, request()).kind is ClaimKind.CLAIMED
 
     def test_watch_hears_completion(self, store: Store, key: str) -> None:
         """A watcher of a record in flight is called when it completes (someone having waited)."""
-        claim = store.claim(key, _request())
-        assert store.claim(key, _request()).kind is ClaimKind.IN_FLIGHT  # a waiter announces itself
+        claim = store.claim(key, request())
+        assert store.claim(key, request()).kind is ClaimKind.IN_FLIGHT  # a waiter announces itself
         heard = threading.Event()
         unsubscribe = store.watch(key, heard.set)
         try:
