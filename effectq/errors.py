@@ -1,16 +1,16 @@
 """The exceptions effectq raises.
 
-Every exception derives from :class:`EffectqError`. Failures end in ``Error``;
-expected outcomes (an effect in flight elsewhere, an outcome nobody can know)
-are named for what happened. Each carries its evidence as attributes, so a
-handler (or an operator reading a log line) does not have to parse messages.
+Every exception derives from :class:`EffectqError`. Failures end in ``Error``; expected outcomes (an
+effect in flight elsewhere, an outcome nobody can know) are named for what happened. Each carries its
+evidence as attributes, so a handler (or an operator reading a log line) does not have to parse
+messages: ``key`` is the effect key, ``name`` the effect name and ``namespace`` the store's namespace
+wherever they appear; each class's docstring names the others.
 
-They travel: an exception's ``args`` are its constructor's arguments, so
-``type(exc)(*exc.args)`` makes it again, which is how pickle (multiprocessing,
-Celery's prefork pool) and Celery's JSON result backend rebuild exceptions.
-``str(exc)`` is the message. Pickling keeps every attribute; JSON keeps the
-plain ones (key, name, reason, ...) and leaves out a stored record, a claim
-or a result, which arrive as ``None``.
+They travel: an exception's ``args`` are its constructor's arguments, so ``type(exc)(*exc.args)``
+makes it again, which is how pickle (multiprocessing, Celery's prefork pool) and Celery's JSON result
+backend rebuild exceptions. ``str(exc)`` is the message. Pickling keeps every attribute; JSON keeps
+the plain ones (key, name, reason, ...) and leaves out a stored record, a claim or a result, which
+arrive as ``None``.
 
 The tree (``effectq.X`` for each; every name is also importable from here)::
 
@@ -40,13 +40,12 @@ The tree (``effectq.X`` for each; every name is also importable from here)::
     ├── ConfigurationError             (also a ValueError)
     └── effectq.dramatiq.RunNotBoundError   (also Dramatiq's MiddlewareError)
 
-``RunNotBoundError`` alone lives in :mod:`effectq.dramatiq`: it is a Dramatiq
-``MiddlewareError`` too, and defining it here would load Dramatiq with ``import effectq``.
-What is not here is no error of effectq's to catch: the command line's exit
-(``effectq.cli.session.CommandError``), and the ``BaseException`` signals a driver or
-a test toolkit raises through user code and catches again (``effect.StreamClosed``,
-``testing.faults.Crash``); and the refusal of the test ledger, which stands for a downstream
-system, not for effectq (``testing.ledger.Fenced``).
+``RunNotBoundError`` alone lives in :mod:`effectq.dramatiq`: it is a Dramatiq ``MiddlewareError``
+too, and defining it here would load Dramatiq with ``import effectq``. What is not here is no error
+of effectq's to catch: the command line's exit (``effectq.cli.session.CommandError``), the
+``BaseException`` signals a driver or a test toolkit raises through user code and catches again
+(``effect.StreamClosed``, ``testing.faults.Crash``), and the refusal of the test ledger, which
+stands for a downstream system, not for effectq (``testing.ledger.Fenced``).
 """
 
 from __future__ import annotations
@@ -100,14 +99,11 @@ class EffectqError(Exception):
 class OutcomeUnknown(EffectqError):
     """Nobody can know whether the effect applied; it will not be replayed silently.
 
-    The effect was dispatched and then its holder died, its lease ran out, or the
-    function raised an exception that means "maybe applied" (a timeout, say). An
-    operator settles it with ``effectq resolve KEY --applied`` or
-    ``--not-applied``; a ``reconcile`` hook settles it automatically.
+    The effect was dispatched and then its holder died, its lease ran out, or the function raised an
+    exception that means "maybe applied" (a timeout, say). An operator settles it with
+    ``effectq resolve KEY --applied`` or ``--not-applied``; a ``reconcile`` hook settles it automatically.
 
     Attributes:
-        key: the effect key.
-        name: the effect name.
         record: the stored record, when it was read.
         reason: why the outcome is unknown, as recorded.
     """
@@ -139,8 +135,6 @@ class InProgress(EffectqError):
     """The same effect is in flight elsewhere and did not finish within the wait.
 
     Attributes:
-        key: the effect key.
-        name: the effect name.
         waited: seconds this caller waited.
         owner: the holder of the claim (``host:pid:...``), when known.
     """
@@ -160,13 +154,9 @@ class InProgress(EffectqError):
 class ReentrantEffectError(EffectqError):
     """An effect was called, with the same key, from inside the call that holds that key.
 
-    The inner call could only wait for the outer one, which waits for it; so it fails at
-    once, before it claims anything or runs the function. Give the inner call a key of its
-    own (other arguments, or a key function), or call the undecorated function (``.fn``).
-
-    Attributes:
-        key: the effect key.
-        name: the effect name.
+    The inner call could only wait for the outer one, which waits for it; so it fails at once, before
+    it claims anything or runs the function. Give the inner call a key of its own (other arguments,
+    or a key function), or call the undecorated function (``.fn``).
     """
 
     def __init__(self, key: str, name: str = "") -> None:
@@ -186,21 +176,17 @@ def _resolve_hint(key: str, namespace: str) -> str:
 
 
 class AttemptsExhausted(EffectqError):
-    """The effect was executed ``max_attempts`` times under this key without completing: the
-    key is parked as failed, and nothing runs until an operator resets it (or the retention ends).
+    """The effect was executed ``max_attempts`` times under this key without completing: the key is
+    parked as failed, and nothing runs until an operator resets it (or the retention ends).
 
-    Each execution counts: one released after a "not applied" exception, a replay-safe or
-    reconciled re-run of an unknown outcome, and one whose worker died in it. This stops a
-    poison loop (a worker killed inside the same effect on every redelivery).
-    ``effectq list --status failed`` lists parked keys; reset one with
-    ``effectq resolve KEY --not-applied`` (its attempts start again from 0).
+    Each execution counts: one released after a "not applied" exception, a replay-safe or reconciled
+    re-run of an unknown outcome, and one whose worker died in it. This stops a poison loop (a worker
+    killed inside the same effect on every redelivery). ``effectq list --status failed`` lists parked
+    keys; reset one with ``effectq resolve KEY --not-applied`` (its attempts start again from 0).
 
     Attributes:
-        key: the effect key.
-        name: the effect name.
         attempts: how many times the effect was executed under the key.
         last_error: the last execution's error, as recorded.
-        namespace: the store's namespace.
     """
 
     def __init__(
@@ -220,21 +206,18 @@ class AttemptsExhausted(EffectqError):
 
 
 class RecordedFailure(EffectqError):
-    """An earlier attempt raised an exception the effect declares terminal; it was recorded,
-    and this call did not run the function.
+    """An earlier attempt raised an exception the effect declares terminal; it was recorded, and this
+    call did not run the function.
 
-    Raised in its place when the recorded exception cannot be raised again as its own type
-    (the type no longer imports, or ``type(*args)`` does not rebuild it with the same message);
-    the rebuilt exception, when there is one, has this as its ``__cause__``.
+    Raised in its place when the recorded exception cannot be raised again as its own type (the type
+    no longer imports, or ``type(*args)`` does not rebuild it with the same message); the rebuilt
+    exception, when there is one, has this as its ``__cause__``.
 
     Attributes:
-        key: the effect key.
-        name: the effect name.
         type_name: the recorded exception's qualified class name.
         message: its message (``str(exc)``).
         args_json: its arguments as recorded (JSON text; ``"null"`` when they were not JSON).
         detail: why it is raised in the exception's place (``""`` when it is only the cause).
-        namespace: the store's namespace.
     """
 
     def __init__(
@@ -266,22 +249,15 @@ class RecordedFailure(EffectqError):
 class StoreError(EffectqError):
     """The store failed or could not be reached. Not claimed means not run.
 
-    Attributes:
-        sent: whether the request may have reached the store. False only when
-            nothing of it was sent (a connection refused at connect, say): it
-            cannot have been carried out.
+    ``sent``: whether the request may have reached the store. False only when nothing of it was
+    sent (a connection refused at connect, say): it cannot have been carried out.
     """
 
     sent: bool = True
 
 
 class CorruptRecordError(StoreError):
-    """A stored record is not one effectq wrote (wrong type or unknown status).
-
-    Attributes:
-        key: the effect key.
-        detail: what was found.
-    """
+    """A stored record is not one effectq wrote (wrong type or unknown status); ``detail``: what was found."""
 
     def __init__(self, key: str, detail: str) -> None:
         self.key = key
@@ -296,11 +272,10 @@ class CorruptRecordError(StoreError):
 class ReplicationError(EffectqError):
     """Fewer replicas than asked for acknowledged a write (``RedisStore(wait_replicas=N)``).
 
-    The write reached the primary; a failover before it reaches a replica would
-    lose it. Catch this class for both cases below.
+    The write reached the primary; a failover before it reaches a replica would lose it. Catch this
+    class for both cases below.
 
     Attributes:
-        key: the effect key.
         acknowledged: how many replicas acknowledged the write within the timeout.
         required: how many the store asks for.
     """
@@ -316,12 +291,9 @@ class ReplicationError(EffectqError):
 class ClaimNotReplicatedError(ReplicationError, StoreError):
     """Too few replicas acknowledged the claim: the effect did not run.
 
-    A failover could lose the claim and let another caller run the effect at the
-    same time, so the function was not called; the claim is given back. Like any
-    :class:`StoreError`, it is safe to retry the call.
-
-    Attributes:
-        claim: the claim that was granted on the primary (its ``token`` fences it).
+    A failover could lose the claim and let another caller run the effect at the same time, so the
+    function was not called; the claim granted on the primary (``claim``; its ``token`` fences it) is
+    given back. Like any :class:`StoreError`, it is safe to retry the call.
     """
 
     def __init__(self, key: str, claim: Claim, acknowledged: int, required: int) -> None:
@@ -338,11 +310,10 @@ class ClaimNotReplicatedError(ReplicationError, StoreError):
 class CompletionNotReplicatedError(ReplicationError):
     """The effect applied, but too few replicas acknowledged its record.
 
-    Not a :class:`StoreError`: the effect DID apply, and ``result`` holds what it
-    returned. The record is on the primary. If the primary fails over before a
-    replica has it, the promoted replica still holds the claim (which was
-    replicated, or the effect would not have run): the next call waits for its
-    lease, then gets :class:`OutcomeUnknown`, not a silent repeat.
+    Not a :class:`StoreError`: the effect DID apply, and ``result`` holds what it returned. The record
+    is on the primary. If the primary fails over before a replica has it, the promoted replica still
+    holds the claim (which was replicated, or the effect would not have run): the next call waits for
+    its lease, then gets :class:`OutcomeUnknown`, not a silent repeat.
 
     Attributes:
         name: the effect name (set when raised by an effect call).
@@ -383,11 +354,8 @@ class NoActiveEffect(EffectqError, LookupError):
 
 
 class InvalidInputError(EffectqError, TypeError):
-    """An effect's input cannot be canonicalised into a key.
-
-    Attributes:
-        argument: the argument (and path inside it) that could not be canonicalised.
-    """
+    """An effect's input cannot be canonicalised into a key; ``argument``: the argument (and the path
+    inside it) that could not be canonicalised."""
 
     def __init__(self, message: str, argument: str = "") -> None:
         self.argument = argument
@@ -403,7 +371,6 @@ class InputMismatchError(EffectqError):
     """The key was recorded with a different input (raised when ``on_mismatch="raise"``).
 
     Attributes:
-        key: the effect key.
         recorded_hash: hash of the recorded input.
         input_hash: hash of this call's input.
     """
@@ -423,12 +390,10 @@ class InputMismatchError(EffectqError):
 class StepDivergedError(InputMismatchError):
     """A replayed step was called with an input other than the journaled one.
 
-    Raised instead of returning the journaled value when the step has
-    ``on_mismatch="raise"``. Nothing was run.
+    Raised instead of returning the journaled value when the step has ``on_mismatch="raise"``.
+    Nothing was run. Its ``key`` is the step's journal key, its ``name`` the step name.
 
     Attributes:
-        key: the step's journal key.
-        name: the step name.
         ordinal: which call of the step diverged (0 for the first).
         run_id: the run id.
         recorded_hash: hash of the journaled input.
@@ -451,12 +416,8 @@ class StepDivergedError(InputMismatchError):
 
 
 class ResultNotRecordedError(EffectqError):
-    """The effect applied, but its result was not recorded, so it cannot be replayed.
-
-    Attributes:
-        key: the effect key.
-        reason: why the result was not recorded (too large, not serialisable).
-    """
+    """The effect applied, but its result was not recorded, so it cannot be replayed; ``reason``: why
+    (too large, not serialisable)."""
 
     def __init__(self, key: str, name: str, reason: str) -> None:
         self.key = key
@@ -470,11 +431,7 @@ class ResultNotRecordedError(EffectqError):
 
 
 class ResultDecodeError(EffectqError):
-    """A recorded result no longer fits the effect's return type.
-
-    Attributes:
-        key: the effect key.
-    """
+    """A recorded result no longer fits the effect's return type; ``detail``: how it does not."""
 
     def __init__(self, key: str, name: str, detail: str) -> None:
         self.key = key
@@ -488,11 +445,7 @@ class ResultDecodeError(EffectqError):
 
 
 class ReconcileError(EffectqError):
-    """A reconcile hook raised before a first execution; nothing was run.
-
-    Attributes:
-        key: the effect key.
-    """
+    """A reconcile hook raised before a first execution; nothing was run."""
 
     def __init__(self, key: str, name: str) -> None:
         self.key = key
@@ -502,12 +455,8 @@ class ReconcileError(EffectqError):
 
 
 class ResolveRefusedError(EffectqError):
-    """An operator's resolve did not apply: the record is not in doubt (or is gone).
-
-    Attributes:
-        key: the effect key.
-        status: the status found (``None`` when there is no record).
-    """
+    """An operator's resolve did not apply: the record is not in doubt (or is gone); ``status``: the
+    status found (``None`` when there is no record)."""
 
     def __init__(self, key: str, status: str | None, detail: str = "") -> None:
         self.key = key
@@ -519,11 +468,7 @@ class ResolveRefusedError(EffectqError):
 
 
 class ToolNotAllowed(EffectqError):
-    """The ``allow`` check of :func:`wrap_tools` refused a tool call; nothing ran.
-
-    Attributes:
-        tool: the tool name.
-    """
+    """The ``allow`` check of :func:`wrap_tools` refused a call of the tool ``tool``; nothing ran."""
 
     def __init__(self, tool: str) -> None:
         self.tool = tool
