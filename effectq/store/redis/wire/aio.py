@@ -24,12 +24,23 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..errors import mark_unsent as _unsent
+from .clients import asyncio_connections
 from .frames import command as _command
 from .frames import frame as frame_script
 from .loops import Owing, hold_on, idle_stacks, pending_made, take_pending
 from .loops import pending_on as _pending_on
-from .posted import MAX_PENDING, OnReply, Pending, deliver_all, deliver_each, ignore, ordinary
-from .redispy import async_settings, writer_of
+from .posted import (
+    MAX_PENDING,
+    OnReply,
+    Pending,
+    deliver_all,
+    deliver_each,
+    first_unloaded,
+    ignore,
+    lost,
+    ordinary,
+)
+from .redispy import writer_of
 from .sync import Lane
 
 __all__ = ["AsyncLane", "async_lane_for", "flush_pending"]
@@ -37,27 +48,12 @@ __all__ = ["AsyncLane", "async_lane_for", "flush_pending"]
 
 def async_lane_for(client: Any, lane: Lane | None) -> AsyncLane | None:
     """An async lane for a client the sync ``lane`` serves, with settings an asyncio connection
-    can take; else None (the async path then hops to a thread, as before)."""
-    if lane is None:
+    can take (:func:`~.clients.asyncio_connections`); else None (the async path then hops to a
+    thread, as before)."""
+    made = None if lane is None else asyncio_connections(client)
+    if lane is None or made is None:
         return None
-    try:
-        import redis
-        import redis.asyncio.connection as aconnection
-    except ImportError:  # pragma: no cover - redis-py without its asyncio part
-        return None
-    pool = client.connection_pool
-    kind = pool.connection_class
-    classes = {
-        redis.connection.Connection: aconnection.Connection,
-        redis.connection.SSLConnection: aconnection.SSLConnection,
-        redis.connection.UnixDomainSocketConnection: aconnection.UnixDomainSocketConnection,
-    }
-    if kind not in classes:
-        return None
-    settings = async_settings(pool.connection_kwargs)
-    if settings is None:
-        return None  # a setting the lane cannot carry over (a connect hook, a cache): keep the thread
-    return AsyncLane(lane, classes[kind], settings)
+    return AsyncLane(lane, *made)
 
 
 class AsyncLane:
@@ -193,7 +189,7 @@ class AsyncLane:
         """
         conn, pending = owing
         if _closed(conn):  # closed meanwhile: its replies are lost; this goes elsewhere
-            _abandon(conn, pending, self._lost(conn))
+            _abandon(conn, pending, lost(conn, self._connection_error))
             return await self._exchange(frame, source, True)
         try:
             await self._write_behind(conn, frame)
@@ -239,7 +235,7 @@ class AsyncLane:
     async def _rerun_unloaded(self, conn: Any, pending: Pending, replies: list[Any]) -> bool:
         """From the first post that met NOSCRIPT on, every post run again in order, the script
         loaded (as :meth:`Lane._rerun_unloaded`); returns whether any was."""
-        first = next((i for i, reply in enumerate(replies) if isinstance(reply, self._noscript)), None)
+        first = first_unloaded(replies, self._noscript)
         if first is None:
             return False
         for i in range(first, len(pending)):
@@ -283,13 +279,8 @@ class AsyncLane:
         nowhere. A connection closed since has lost those replies; opened again, the next reply
         on it would be taken for theirs."""
         if _closed(conn):
-            raise self._lost(conn)
+            raise lost(conn, self._connection_error)
         await self._write(conn, frame)
-
-    def _lost(self, conn: Any) -> Exception:
-        """What a connection closed while it pending replies raises (and settles them with)."""
-        where = getattr(conn, "path", None) or f"{conn.host}:{conn.port}"
-        return self._connection_error(f"the connection to {where} was closed while it pending replies")
 
     async def _write(self, conn: Any, frame: bytes) -> None:
         """``frame`` handed to the connection's transport, in this task.
