@@ -33,9 +33,11 @@ def plain_pool(client: Any) -> Any | None:
 
 def served_pool(client: Any) -> Any | None:
     """The ``redis.ConnectionPool`` of a client the wire serves (see the module docstring), else None."""
+    pool = plain_pool(client)
+    if pool is None:
+        return None
     import redis
 
-    pool = plain_pool(client)
     if type(pool) is not redis.ConnectionPool:
         return None
     base = getattr(redis.connection, "AbstractConnection", redis.connection.Connection)
