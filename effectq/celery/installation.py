@@ -17,7 +17,7 @@ configuration (``effectq_url``, ``effectq_namespace``... read the way Celery rea
 settings, so ``CELERY_EFFECTQ_URL`` works under ``namespace="CELERY"``), else from
 ``EFFECTQ_URL`` / ``EFFECTQ_NAMESPACE``. They are read when first needed (never while the
 app's configuration may still be loading, as Django's settings are while they import the
-Celery app), and a worker refuses to start without a store.
+Celery app: :mod:`.settings`), and a worker refuses to start without a store.
 """
 
 from __future__ import annotations
@@ -25,11 +25,9 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
-import os
 import threading
 from collections.abc import Callable, Mapping
 from contextvars import ContextVar
-from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, NamedTuple
 
@@ -38,11 +36,11 @@ from celery import bootsteps
 from .._runtime.leases import heartbeat
 from ..errors import ConfigurationError, EffectqError, InProgress
 from ..integration import STOPS_TASK, StoreSource, TaskRequest, log_finished, run_id_for, stopped, task_effect
-from ..options import seconds
 from ..runs import Run, RunScope
 from ..runs import run as bind_run
 from ..store.base import Store
 from .checks import log_problems
+from .settings import SETTINGS, Settings, read_settings
 
 __all__ = ["SETTINGS", "Installation", "Settings", "SettingsStep", "install", "read_settings"]
 
@@ -52,103 +50,6 @@ log_unknown = logging.getLogger("effectq.celery.unknown")
 
 _APP_ATTRIBUTE = "effectq_installation"
 
-SETTINGS = (
-    "effectq_url",
-    "effectq_namespace",
-    "effectq_in_progress_countdown",
-    "effectq_lease",
-    "effectq_retention",
-    "effectq_redis_options",
-)
-"""The app settings :func:`install` reads for the arguments it was not given (under the app's
-namespace too: ``CELERY_EFFECTQ_URL`` with ``config_from_object(..., namespace="CELERY")``)."""
-
-_DEFAULTS: dict[str, Any] = {
-    "namespace": "default",
-    "in_progress_countdown": 5.0,
-    "lease": 60.0,
-    "retention": timedelta(days=7),
-}
-_ENVIRONMENT = {"store": "EFFECTQ_URL", "namespace": "EFFECTQ_NAMESPACE"}
-
-
-@dataclass(frozen=True)
-class Settings:
-    """What an installation runs with, once read (see :data:`SETTINGS`).
-
-    Attributes:
-        store: the store, or the Redis URL each worker process builds its store from.
-        namespace: the namespace of a store built from a URL.
-        in_progress_countdown: seconds before the retry an in-flight effect causes.
-        lease: the longest effect lease the app's effects use (for the start-up check).
-        retention: the shortest effect retention the app's effects use (for the check).
-        redis_options: passed to :meth:`effectq.RedisStore.from_url`.
-        origin: where each of them came from: ``install()``, the setting's name, the
-            environment variable's name, or ``default``.
-    """
-
-    store: Store | str
-    namespace: str
-    in_progress_countdown: float
-    lease: float | timedelta
-    retention: float | timedelta
-    redis_options: Mapping[str, Any] = field(default_factory=dict)
-    origin: Mapping[str, str] = field(default_factory=dict)
-
-
-def read_settings(app: Any, given: Mapping[str, Any]) -> Settings:
-    """The settings of an installation: ``given`` (the arguments of :func:`install` that
-    are not ``None``) win, then the app's configuration, then the environment, then the
-    defaults. Raises :class:`~effectq.ConfigurationError` naming what is missing or wrong."""
-    conf = app.conf
-    values: dict[str, Any] = {}
-    origin: dict[str, str] = {}
-    for name in ("store", "namespace", "in_progress_countdown", "lease", "retention"):
-        setting = "effectq_url" if name == "store" else f"effectq_{name}"
-        variable = _ENVIRONMENT.get(name)
-        configured = conf.get(setting)  # Celery's lookup: effectq_url, or CELERY_EFFECTQ_URL
-        if given.get(name) is not None:
-            values[name], origin[name] = given[name], f"install({name}=...)"
-        elif configured is not None:
-            values[name], origin[name] = configured, _setting_name(app, setting)
-        elif variable and os.environ.get(variable):
-            values[name], origin[name] = os.environ[variable], variable
-        elif name in _DEFAULTS:
-            values[name], origin[name] = _DEFAULTS[name], "default"
-    store = values.get("store")
-    if store is None:
-        raise ConfigurationError(
-            f"effectq.celery.install({app.main or app!r}): no store for the app's effects. Pass one "
-            f'(install(app, "redis://host:6379/0")), set effectq_url in the app\'s configuration '
-            f'(CELERY_EFFECTQ_URL in Django\'s settings, read with namespace="CELERY"), or set EFFECTQ_URL'
-        )
-    if not isinstance(store, (str, Store)) or not store:
-        raise ConfigurationError(
-            f"{origin['store']} must be a redis:// URL or an effectq store, not {store!r}"
-        )
-    if not isinstance(values["namespace"], str) or not values["namespace"]:
-        raise ConfigurationError(
-            f"{origin['namespace']} must be a non-empty string, not {values['namespace']!r}"
-        )
-    for name in ("lease", "retention"):
-        seconds(values[name], option=origin[name])  # refused here, before any task runs
-    redis_options = conf.get("effectq_redis_options") or {}
-    if not isinstance(redis_options, Mapping):
-        raise ConfigurationError(
-            f"{_setting_name(app, 'effectq_redis_options')} must be a mapping, not {redis_options!r}"
-        )
-    return Settings(
-        store=store,
-        namespace=values["namespace"],
-        in_progress_countdown=seconds(
-            values["in_progress_countdown"], option=origin["in_progress_countdown"]
-        ),
-        lease=values["lease"],
-        retention=values["retention"],
-        redis_options={**redis_options, **given.get("redis_options", {})},
-        origin=origin,
-    )
-
 
 class _Bound(NamedTuple):
     task_id: str
@@ -157,15 +58,6 @@ class _Bound(NamedTuple):
 
 
 _bound: ContextVar[_Bound | None] = ContextVar("effectq.celery.bound", default=None)
-
-
-def _setting_name(app: Any, setting: str) -> str:
-    """A setting as the user may have spelled it: ``effectq_url (CELERY_EFFECTQ_URL)``."""
-    prefix = getattr(app, "namespace", None)
-    if not prefix:
-        return setting
-    spelled = f"{prefix.rstrip('_')}_{setting}"
-    return f"{setting} ({spelled.upper() if prefix.isupper() else spelled.lower()})"
 
 
 class Installation:

@@ -33,6 +33,7 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 
 from ...errors import ConfigurationError
 from .cluster import host_port
+from .wire.clients import plain_pool
 from .wire.sync import _BROKEN, _IDLE, Lane
 
 __all__ = ["SentinelLane", "is_sentinel_url", "sentinel_from_url", "sentinel_lane_for", "split_sentinel_url"]
@@ -187,15 +188,12 @@ def sentinel_lane_for(client: Any) -> SentinelLane | None:
     ``SentinelConnectionPool`` (``Sentinel.master_for``), else None: what
     :func:`~effectq.store.redis.wire.sync.lane_for` refuses, other clients included, stays
     on redis-py's command path."""
-    try:
-        import redis
-        from redis.sentinel import SentinelConnectionPool, SentinelManagedConnection
-    except ImportError:  # pragma: no cover - a client without redis-py installed
+    pool = plain_pool(client)
+    if pool is None:
         return None
-    pool = getattr(client, "connection_pool", None)
-    if type(client) is not redis.Redis or getattr(client, "connection", None) is not None:
-        return None
-    if type(pool) is not SentinelConnectionPool or not pool.is_master or getattr(pool, "cache", None):
+    from redis.sentinel import SentinelConnectionPool, SentinelManagedConnection
+
+    if type(pool) is not SentinelConnectionPool or not pool.is_master:
         return None
     kind = pool.connection_class
     if not (isinstance(kind, type) and issubclass(kind, SentinelManagedConnection)):

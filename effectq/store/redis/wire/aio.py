@@ -8,10 +8,8 @@ credentials, TLS, timeouts), and reads each reply with that connection's
 parser, in the calling loop.
 
 Connections belong to the loop that made them: the loop itself holds each
-lane's small stack of idle ones (so they live and die with it), closed when
-the loop shuts down its async generators (as ``asyncio.run`` does); a loop
-closed without that leaves them to the garbage collector, which closes their
-sockets. A forked child forgets its parent's. A failed exchange
+lane's small stack of idle ones, and per task the ones that owe it replies
+(:mod:`.loops`); a forked child forgets its parent's. A failed exchange
 disconnects its connection, so a half-read reply never reaches another
 script; a cancelled one too. A connection that turns out dead when taken
 from the stack (a Redis restart closed it while idle) is replaced once for
@@ -22,65 +20,40 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
-import sys
-import weakref
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from ..errors import mark_unsent as _unsent
+from .clients import asyncio_connections
 from .frames import command as _command
 from .frames import frame as frame_script
-from .posted import MAX_PENDING, OnReply, Pending, deliver_all, deliver_each, ignore, ordinary
-from .redispy import async_settings, writer_of
+from .loops import Owing, hold_on, idle_stacks, pending_made, take_pending
+from .loops import pending_on as _pending_on
+from .posted import (
+    MAX_PENDING,
+    OnReply,
+    Pending,
+    deliver_all,
+    deliver_each,
+    first_unloaded,
+    ignore,
+    lost,
+    ordinary,
+)
+from .redispy import writer_of
 from .sync import Lane
 
 __all__ = ["AsyncLane", "async_lane_for", "flush_pending"]
 
-_STACKS = "_effectq_idle_connections"
-"""The loop attribute holding, per async lane, its idle connections on that loop."""
-
-_PENDING = "_effectq_pending_replies"
-"""The loop attribute holding, per task, the lanes on which it owes replies to posted scripts."""
-
-_generation = 0
-"""Bumped in a forked child: stacks of an earlier generation are the parent's, never used."""
-
-_Owing = tuple[Any, Pending]
-"""A connection that owes a task replies, and the posted scripts they answer."""
-
-
-def _forget_all() -> None:  # a forked child must not write on its parent's sockets
-    global _generation
-    _generation += 1
-
-
-os.register_at_fork(after_in_child=_forget_all)
-
 
 def async_lane_for(client: Any, lane: Lane | None) -> AsyncLane | None:
     """An async lane for a client the sync ``lane`` serves, with settings an asyncio connection
-    can take; else None (the async path then hops to a thread, as before)."""
-    if lane is None:
+    can take (:func:`~.clients.asyncio_connections`); else None (the async path then hops to a
+    thread, as before)."""
+    made = None if lane is None else asyncio_connections(client)
+    if lane is None or made is None:
         return None
-    try:
-        import redis
-        import redis.asyncio.connection as aconnection
-    except ImportError:  # pragma: no cover - redis-py without its asyncio part
-        return None
-    pool = client.connection_pool
-    kind = pool.connection_class
-    classes = {
-        redis.connection.Connection: aconnection.Connection,
-        redis.connection.SSLConnection: aconnection.SSLConnection,
-        redis.connection.UnixDomainSocketConnection: aconnection.UnixDomainSocketConnection,
-    }
-    if kind not in classes:
-        return None
-    settings = async_settings(pool.connection_kwargs)
-    if settings is None:
-        return None  # a setting the lane cannot carry over (a connect hook, a cache): keep the thread
-    return AsyncLane(lane, classes[kind], settings)
+    return AsyncLane(lane, *made)
 
 
 class AsyncLane:
@@ -116,7 +89,7 @@ class AsyncLane:
         ``retry``: the script may run twice; a dead idle connection is then replaced once.
         """
         frame = frame_script(sha, keys, args)
-        owing = _pending_of_this_task(self)
+        owing = take_pending(self)
         if owing is not None:
             if retry:
                 return await self._exchange_behind(owing, frame, source)
@@ -169,15 +142,15 @@ class AsyncLane:
         """
         loop = asyncio.get_running_loop()
         task = asyncio.current_task(loop)
-        stacks = loop.__dict__.get(_STACKS) if self.serves(loop) else None
-        if task is None or stacks is None or stacks[0] != _generation:
+        stacks = idle_stacks(loop) if self.serves(loop) else None
+        if task is None or stacks is None:
             return False
-        owing = _pending_made(loop)
+        owing = pending_made(loop)
         mine = owing.get(task)
         held = mine.get(self) if mine else None
         pending: Pending
         if held is None:
-            idle = stacks[1].get(self)
+            idle = stacks.get(self) or []
             if not idle or sum(self in lanes for lanes in owing.values()) >= self._keep:
                 return False
             conn, pending = idle[-1], []
@@ -206,7 +179,7 @@ class AsyncLane:
             owing.setdefault(task, {})[self] = (conn, pending)
         return True
 
-    async def _exchange_behind(self, owing: _Owing, frame: bytes, source: str | bytes) -> Any:
+    async def _exchange_behind(self, owing: Owing, frame: bytes, source: str | bytes) -> Any:
         """A script on the connection that owes this task replies: written behind them.
 
         The pending replies are read first (they come first), then this one; the pending
@@ -216,7 +189,7 @@ class AsyncLane:
         """
         conn, pending = owing
         if _closed(conn):  # closed meanwhile: its replies are lost; this goes elsewhere
-            _abandon(conn, pending, self._lost(conn))
+            _abandon(conn, pending, lost(conn, self._connection_error))
             return await self._exchange(frame, source, True)
         try:
             await self._write_behind(conn, frame)
@@ -245,7 +218,7 @@ class AsyncLane:
             raise reply
         return reply
 
-    async def _flush(self, owing: _Owing) -> None:
+    async def _flush(self, owing: Owing) -> None:
         """Read the replies ``owing`` holds and settle them; the connection is the lane's again."""
         conn, pending = owing
         try:
@@ -262,7 +235,7 @@ class AsyncLane:
     async def _rerun_unloaded(self, conn: Any, pending: Pending, replies: list[Any]) -> bool:
         """From the first post that met NOSCRIPT on, every post run again in order, the script
         loaded (as :meth:`Lane._rerun_unloaded`); returns whether any was."""
-        first = next((i for i, reply in enumerate(replies) if isinstance(reply, self._noscript)), None)
+        first = first_unloaded(replies, self._noscript)
         if first is None:
             return False
         for i in range(first, len(pending)):
@@ -306,13 +279,8 @@ class AsyncLane:
         nowhere. A connection closed since has lost those replies; opened again, the next reply
         on it would be taken for theirs."""
         if _closed(conn):
-            raise self._lost(conn)
+            raise lost(conn, self._connection_error)
         await self._write(conn, frame)
-
-    def _lost(self, conn: Any) -> Exception:
-        """What a connection closed while it pending replies raises (and settles them with)."""
-        where = getattr(conn, "path", None) or f"{conn.host}:{conn.port}"
-        return self._connection_error(f"the connection to {where} was closed while it pending replies")
 
     async def _write(self, conn: Any, frame: bytes) -> None:
         """``frame`` handed to the connection's transport, in this task.
@@ -370,90 +338,14 @@ class AsyncLane:
     async def _stack(self) -> list[Any]:
         """This lane's idle connections on the running loop, which holds them."""
         loop = asyncio.get_running_loop()
-        stacks = loop.__dict__.get(_STACKS)
-        if stacks is None or stacks[0] != _generation:
-            stacks = await _hold_on(loop)
-        return stacks[1].setdefault(self, [])  # only this loop's thread touches its stacks
+        stacks = idle_stacks(loop)
+        if stacks is None:
+            stacks = await hold_on(loop)
+        return stacks.setdefault(self, [])  # only this loop's thread touches its stacks
 
     async def _drop(self, conn: Any) -> None:
         with contextlib.suppress(Exception):
             await conn.disconnect(nowait=True)
-
-
-_Stacks = tuple[int, "weakref.WeakKeyDictionary[AsyncLane, list[Any]]"]
-
-
-async def _hold_on(loop: asyncio.AbstractEventLoop) -> _Stacks:
-    """Give ``loop`` its stacks, and an async generator that closes them when the loop shuts
-    down its async generators. The generator gets no finalizer: collected with a loop that was
-    closed without that shutdown, it must not schedule anything on it."""
-    stacks: _Stacks = (_generation, weakref.WeakKeyDictionary())
-    keeper = _close_at_shutdown(stacks)
-    setattr(loop, _STACKS, stacks)
-    setattr(loop, _STACKS + "_keeper", keeper)
-    firstiter, finalizer = sys.get_asyncgen_hooks()
-    sys.set_asyncgen_hooks(firstiter=firstiter, finalizer=None)
-    try:
-        await keeper.__anext__()  # parked; registered with the loop by its firstiter hook
-    finally:
-        sys.set_asyncgen_hooks(firstiter=firstiter, finalizer=finalizer)
-    return stacks
-
-
-async def _close_at_shutdown(stacks: _Stacks) -> AsyncIterator[None]:
-    generation, lanes = stacks
-    try:
-        yield
-    finally:
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:  # collected with its closed loop: the transports close the sockets
-            pass
-        else:
-            if generation == _generation:  # never a forked parent's sockets
-                connections = [conn for idle in list(lanes.values()) for conn in idle]
-                for idle in list(lanes.values()):
-                    idle.clear()
-            for conn in connections:
-                with contextlib.suppress(Exception):
-                    await conn.disconnect()
-
-
-_Registry = weakref.WeakKeyDictionary["asyncio.Task[Any]", dict["AsyncLane", _Owing]]
-
-
-def _pending_on(loop: asyncio.AbstractEventLoop) -> _Registry | None:
-    """Per task of ``loop``, the connections that owe it replies (only the loop's thread looks)."""
-    held = loop.__dict__.get(_PENDING)
-    if held is None or held[0] != _generation:
-        return None
-    registry: _Registry = held[1]
-    return registry
-
-
-def _pending_made(loop: asyncio.AbstractEventLoop) -> _Registry:
-    """:func:`_pending_on`, made for ``loop`` if it has none of this process yet."""
-    registry = _pending_on(loop)
-    if registry is None:
-        registry = weakref.WeakKeyDictionary()
-        setattr(loop, _PENDING, (_generation, registry))
-    return registry
-
-
-def _pending_of_this_task(lane: AsyncLane) -> _Owing | None:
-    """The connection on ``lane`` that owes the running task replies, taken from the registry."""
-    loop = asyncio.get_running_loop()
-    owing = _pending_on(loop)
-    if not owing:
-        return None
-    task = asyncio.current_task(loop)
-    mine = owing.get(task) if task is not None else None
-    if not mine or task is None:
-        return None
-    held = mine.pop(lane, None)
-    if not mine:
-        del owing[task]
-    return held
 
 
 def _closed(conn: Any) -> bool:

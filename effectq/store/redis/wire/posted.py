@@ -30,7 +30,9 @@ __all__ = [
     "ScriptCache",
     "deliver_all",
     "deliver_each",
+    "first_unloaded",
     "ignore",
+    "lost",
     "ordinary",
 ]
 
@@ -92,6 +94,19 @@ def ordinary(exc: BaseException) -> bool:
     """Whether ``exc`` is a failure the wire reports in what it returns, once what was pending is
     settled with it; else (a time limit, a ``BaseException``) it is the caller's, raised."""
     return isinstance(exc, Exception) and not is_time_limit(exc)
+
+
+def first_unloaded(replies: list[Any], noscript: type[BaseException]) -> int | None:
+    """Where the first reply that says NOSCRIPT is among a connection's pending ``replies``: from
+    that post on, every post runs again, the script loaded (the lanes' ``_rerun_unloaded``)."""
+    return next((i for i, reply in enumerate(replies) if isinstance(reply, noscript)), None)
+
+
+def lost(conn: Any, connection_error: type[Exception]) -> Exception:
+    """What a connection closed while replies were pending on it raises, and settles them with
+    (a reply pending on one socket can come on no other)."""
+    where = getattr(conn, "path", None) or f"{conn.host}:{conn.port}"
+    return connection_error(f"the connection to {where} was closed while replies were pending on it")
 
 
 def deliver_all(pending: Pending, outcome: Any) -> None:

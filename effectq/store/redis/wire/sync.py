@@ -35,9 +35,22 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..errors import mark_unsent as _unsent
+from .clients import pool_args as _pool_args
+from .clients import served_pool
 from .frames import command as _command
 from .frames import frame as frame_script
-from .posted import MAX_PENDING, OnReply, Pending, ScriptCache, deliver_all, deliver_each, ignore, ordinary
+from .posted import (
+    MAX_PENDING,
+    OnReply,
+    Pending,
+    ScriptCache,
+    deliver_all,
+    deliver_each,
+    first_unloaded,
+    ignore,
+    lost,
+    ordinary,
+)
 from .redispy import protect_connection as _protect_connection
 from .redispy import socket_of
 
@@ -228,21 +241,15 @@ class Lane:
         """The replies ``conn`` owes, which only ``sock`` can bring: a connection closed since
         (``pool.disconnect()``, a client's ``close()``), or opened again, has lost them."""
         if socket_of(conn) is not sock:
-            raise self._lost(conn)
+            raise lost(conn, self._connection_error)
         return [self._read(conn) for _ in pending]
-
-    def _lost(self, conn: Any) -> Exception:
-        """What a connection closed while it pending replies raises (and settles them with)."""
-        return self._connection_error(
-            f"the connection to {conn.host}:{conn.port} was closed while it pending replies"
-        )
 
     def _rerun_unloaded(self, conn: Any, pending: Pending, replies: list[Any]) -> bool:
         """Posts that met NOSCRIPT (a flushed script cache, a Redis restart): the script loaded, and
         from the first such post on, every post run again in the order they were sent, since those
         behind it ran before it did. Returns whether any was: the script written behind them ran
         before them too. (A post is a script that may run twice: a completion with its token.)"""
-        first = next((i for i, reply in enumerate(replies) if isinstance(reply, self._noscript)), None)
+        first = first_unloaded(replies, self._noscript)
         if first is None:
             return False
         for i in range(first, len(pending)):
@@ -316,7 +323,7 @@ class Lane:
         written = False
         try:
             if socket_of(conn) is not sock:  # closed meanwhile: its replies are lost
-                raise self._lost(conn)
+                raise lost(conn, self._connection_error)
             written = True
             self._write(conn, frame)
             replies = self._read_pending(conn, sock, pending)
@@ -403,7 +410,7 @@ class Lane:
         nowhere. A connection closed since has lost those replies; opened again, the next reply
         on it would be taken for theirs."""
         if socket_of(conn) is not sock:
-            raise self._lost(conn)
+            raise lost(conn, self._connection_error)
         self._write(conn, frame)
 
     def _write(self, conn: Any, frame: bytes) -> None:
@@ -434,31 +441,7 @@ class Lane:
 
 
 def lane_for(client: Any) -> Lane | None:
-    """A lane for a plain ``redis.Redis`` on a ``redis.ConnectionPool``, else None.
-
-    Subclasses, cluster clients, single-connection clients, blocking pools (whose
-    bound the lane's held connections would eat into) and client-side caching
-    (whose invalidations arrive on the connection) go through redis-py.
-    """
-    try:
-        import redis
-    except ImportError:  # pragma: no cover - a client without redis-py installed
-        return None
-    pool = getattr(client, "connection_pool", None)
-    if type(client) is not redis.Redis or getattr(client, "connection", None) is not None:
-        return None
-    if type(pool) is not redis.ConnectionPool or getattr(pool, "cache", None) is not None:
-        return None
-    base = getattr(redis.connection, "AbstractConnection", redis.connection.Connection)
-    if not (isinstance(pool.connection_class, type) and issubclass(pool.connection_class, base)):
-        return None
-    return Lane(pool)
-
-
-def _pool_args(pool: Any) -> tuple[str, ...]:
-    """What ``pool.get_connection`` needs: redis-py 5 wants a command name, later ones nothing."""
-    import inspect
-
-    parameter = inspect.signature(pool.get_connection).parameters.get("command_name")
-    needs_name = parameter is not None and parameter.default is inspect.Parameter.empty
-    return ("EVALSHA",) if needs_name else ()
+    """A lane for a client the wire serves (a plain ``redis.Redis`` on a ``redis.ConnectionPool``:
+    see :func:`~.clients.served_pool`), else None."""
+    pool = served_pool(client)
+    return None if pool is None else Lane(pool)
