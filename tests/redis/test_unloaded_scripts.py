@@ -12,10 +12,6 @@ run on a redis-server of their own, whose script cache they flush.
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
-import subprocess
-import sys
 import textwrap
 import uuid
 from collections.abc import Iterator
@@ -26,6 +22,7 @@ import redis
 
 import effectq
 from effectq.store.redis.scripts import lua
+from tests.support.procs import killed_after_first_line
 from tests.support.servers import Server
 
 
@@ -103,17 +100,8 @@ asyncio.run(main())
 
 def _killed_after_the_effect_returned(program: str) -> str:
     """Run ``program`` in a child, SIGKILL it once it printed the effect's key; the key."""
-    proc = subprocess.Popen([sys.executable, "-c", program], stdout=subprocess.PIPE, text=True)
-    try:
-        assert proc.stdout is not None
-        key, owed = proc.stdout.readline().split()
-        assert owed == "True"  # it did owe the completion's reply when killed
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(10)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    key, owed = killed_after_first_line(program).split()
+    assert owed == "True"  # it did owe the completion's reply when killed
     return key
 
 
