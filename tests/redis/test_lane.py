@@ -7,6 +7,7 @@ timeout, and a pool that gets its connections back.
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import time
@@ -238,6 +239,28 @@ def test_close_hands_the_connections_back_to_the_pool(redis_url: str, namespace:
         delete_namespace(client, namespace)
         store.close()
         client.close()
+
+
+def test_a_store_never_closed_hands_its_connection_back_when_collected(
+    redis_url: str, namespace: str
+) -> None:
+    """A store dropped without close(), as redis-py's own PubSub and Pipeline may be: its lane's
+    connection goes back to the client's pool, and the client's next command reuses it."""
+    name = f"dropped-{uuid.uuid4().hex[:8]}"
+    client = _client(redis_url, client_name=name)
+    admin = redis.Redis.from_url(redis_url)
+    try:
+        store = effectq.RedisStore(client, namespace=namespace)
+        with effectq.run("dropped", store=store):
+            assert _effect([])(1) == {"n": 2}
+        del store
+        gc.collect()
+        client.ping()
+        assert [c.get("name") for c in admin.client_list()].count(name) == 1
+    finally:
+        delete_namespace(admin, namespace)
+        client.close()
+        admin.close()
 
 
 def test_other_clients_go_through_redis_py(redis_url: str) -> None:
