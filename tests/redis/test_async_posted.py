@@ -32,6 +32,12 @@ from effectq.store.redis.wire.posted import ignore
 from tests.support.procs import killed_after_first_line
 
 
+@pytest.fixture(scope="module")
+def redis_url(private_redis_url: str) -> str:
+    """These tests flush the script cache and pause clients: they run on a server of their own."""
+    return private_redis_url
+
+
 @pytest.fixture
 def store(redis_store: effectq.RedisStore) -> effectq.RedisStore:
     assert redis_store._async_lane is not None  # the path under test

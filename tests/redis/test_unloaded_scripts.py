@@ -26,12 +26,10 @@ from tests.support.procs import killed_after_first_line
 from tests.support.servers import Server
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+@pytest.fixture
+def server(private_redis: Server) -> Server:
     """A redis-server of this module's own: its script cache is the tests' to flush."""
-    started = Server(tmp_path_factory.mktemp("unloaded")).start()
-    yield started
-    started.stop()
+    return private_redis
 
 
 @pytest.fixture
