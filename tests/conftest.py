@@ -1,8 +1,9 @@
 """Shared fixtures: a real Redis for every test that claims safety, a fresh namespace each.
 
 The Redis server is the one at ``EFFECTQ_TEST_REDIS_URL`` (default
-``redis://127.0.0.1:6379/0``). Tests never flush it: each one works in its own
-namespace and deletes that namespace's keys afterwards.
+``redis://127.0.0.1:6379/0``). Tests never flush it, nor pause its clients: each
+one works in its own namespace and deletes that namespace's keys afterwards. A
+test that flushes the script cache or pauses clients runs on ``private_redis``.
 """
 
 from __future__ import annotations
@@ -47,6 +48,24 @@ def redis_url() -> str:
     finally:
         client.close()
     return REDIS_URL
+
+
+@pytest.fixture(scope="module")
+def private_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[servers.Server]:
+    """A redis-server of the module's own (a free port, stopped by its pid at the end), for the
+    tests that flush its script cache or pause its clients: the shared server never sees that.
+
+    A module all of whose tests may run there overrides ``redis_url`` with
+    :func:`private_redis_url`'s value."""
+    started = servers.Server(tmp_path_factory.mktemp("redis")).start()
+    yield started
+    started.stop()
+
+
+@pytest.fixture(scope="module")
+def private_redis_url(private_redis: servers.Server) -> str:
+    """The URL of :func:`private_redis`."""
+    return f"redis://{private_redis.address}/0"
 
 
 @pytest.fixture(scope="session")

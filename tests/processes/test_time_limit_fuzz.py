@@ -47,6 +47,13 @@ import redis
 
 import effectq
 
+
+@pytest.fixture(scope="module")
+def redis_url(private_redis_url: str) -> str:
+    """These tests pause clients: they run on a server of their own."""
+    return private_redis_url
+
+
 ROOT = Path(__file__).resolve().parents[2]
 CALLS = 1000
 """Calls per fuzz (each interrupted one is delivered again)."""

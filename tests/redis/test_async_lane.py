@@ -29,6 +29,13 @@ from effectq.store.redis.wire.aio import AsyncLane
 from tests.support.servers import Server
 
 
+@pytest.fixture(scope="module")
+def redis_url(private_redis_url: str) -> str:
+    """These tests flush the script cache, pause clients and kill every connection: they run on a
+    server of their own."""
+    return private_redis_url
+
+
 @pytest.fixture
 def no_threads(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
     """Fail any store call that hops to a thread; returns what tried."""

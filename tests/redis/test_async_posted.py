@@ -16,10 +16,6 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
-import os
-import signal
-import subprocess
-import sys
 import textwrap
 import time
 import uuid
@@ -33,6 +29,13 @@ from effectq import events
 from effectq._runtime.leases import heartbeat
 from effectq.store.redis.wire.aio import _pending_on
 from effectq.store.redis.wire.posted import ignore
+from tests.support.procs import killed_after_first_line
+
+
+@pytest.fixture(scope="module")
+def redis_url(private_redis_url: str) -> str:
+    """These tests flush the script cache and pause clients: they run on a server of their own."""
+    return private_redis_url
 
 
 @pytest.fixture
@@ -122,16 +125,7 @@ def test_a_worker_killed_right_after_the_effect_returned_leaves_it_completed(
         asyncio.run(main())
         """
     )
-    proc = subprocess.Popen([sys.executable, "-c", program], stdout=subprocess.PIPE, text=True)
-    try:
-        assert proc.stdout is not None
-        assert proc.stdout.readline().strip() == "True"  # it did owe the reply when killed
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(10)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    assert killed_after_first_line(program) == "True"  # it did owe the reply when killed
 
     @effectq.effect(name="aposted.charge")
     async def charge(cents: int) -> str:

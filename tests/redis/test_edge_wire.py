@@ -35,6 +35,12 @@ from effectq._runtime.leases import heartbeat
 from tests.support import servers
 
 
+@pytest.fixture(scope="module")
+def redis_url(private_redis_url: str) -> str:
+    """These tests flush the script cache: they run on a server of their own."""
+    return private_redis_url
+
+
 @pytest.fixture
 def own_server(tmp_path: Path) -> Iterator[servers.Server]:
     """A redis-server of this test's own, at most 8 clients, stopped at the end."""

@@ -20,6 +20,12 @@ import effectq
 from effectq._runtime.leases import heartbeat
 
 
+@pytest.fixture(scope="module")
+def redis_url(private_redis_url: str) -> str:
+    """These tests pause clients: they run on a server of their own."""
+    return private_redis_url
+
+
 def test_a_task_cancelled_while_its_claim_is_on_its_way_leaves_no_false_unknown(
     redis_store: effectq.RedisStore, onlooker: effectq.RedisStore, redis_url: str
 ) -> None:

@@ -7,9 +7,9 @@ timeout, and a pool that gets its connections back.
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
-import time
 import uuid
 
 import pytest
@@ -25,6 +25,12 @@ from effectq.store.redis.wire import frames
 from effectq.store.redis.wire.frames import _pack_command
 from effectq.store.redis.wire.sync import Lane, lane_for
 from tests.conftest import delete_namespace
+
+
+@pytest.fixture(scope="module")
+def redis_url(private_redis_url: str) -> str:
+    """These tests flush the script cache and pause clients: they run on a server of their own."""
+    return private_redis_url
 
 
 def _effect(calls: list[int]) -> effectq.Effect[[int], dict[str, int]]:
@@ -135,7 +141,7 @@ def test_a_connection_killed_while_idle_is_replaced(redis_url: str, namespace: s
 
 def test_a_timeout_is_not_retried_and_the_connection_is_dropped(redis_url: str, namespace: str) -> None:
     """A script that may still be running is never sent twice; its half-read connection is closed."""
-    client = _client(redis_url, socket_timeout=0.2)
+    client = _client(redis_url, socket_timeout=1.0)
     admin = redis.Redis.from_url(redis_url)
     store = effectq.RedisStore(client, namespace=namespace)
     lane = store._lane
@@ -151,13 +157,13 @@ def test_a_timeout_is_not_retried_and_the_connection_is_dropped(redis_url: str, 
     try:
         store.claim("warm", ClaimRequest(lease_ms=10_000, owner="w:1"))
         idle = list(lane._idle)
-        admin.execute_command("CLIENT", "PAUSE", 600, "ALL")
+        admin.execute_command("CLIENT", "PAUSE", 600_000, "WRITE")  # scripts wait until the UNPAUSE
         sent.clear()
         with pytest.raises(effectq.StoreError, match=r"[Tt]imeout"):
             store.claim("paused", ClaimRequest(lease_ms=10_000, owner="p:1"))
         assert len(sent) == 1
         assert all(conn._sock is None for conn in idle)  # dropped, not handed out again
-        time.sleep(0.7)
+        admin.execute_command("CLIENT", "UNPAUSE")
         claim = store.claim("paused", ClaimRequest(lease_ms=10_000, owner="p:1"))
         assert claim.kind is ClaimKind.CLAIMED  # the paused try landed: the same owner gets it back
     finally:
@@ -238,6 +244,28 @@ def test_close_hands_the_connections_back_to_the_pool(redis_url: str, namespace:
         delete_namespace(client, namespace)
         store.close()
         client.close()
+
+
+def test_a_store_never_closed_hands_its_connection_back_when_collected(
+    redis_url: str, namespace: str
+) -> None:
+    """A store dropped without close(), as redis-py's own PubSub and Pipeline may be: its lane's
+    connection goes back to the client's pool, and the client's next command reuses it."""
+    name = f"dropped-{uuid.uuid4().hex[:8]}"
+    client = _client(redis_url, client_name=name)
+    admin = redis.Redis.from_url(redis_url)
+    try:
+        store = effectq.RedisStore(client, namespace=namespace)
+        with effectq.run("dropped", store=store):
+            assert _effect([])(1) == {"n": 2}
+        del store
+        gc.collect()
+        client.ping()
+        assert [c.get("name") for c in admin.client_list()].count(name) == 1
+    finally:
+        delete_namespace(admin, namespace)
+        client.close()
+        admin.close()
 
 
 def test_other_clients_go_through_redis_py(redis_url: str) -> None:

@@ -12,10 +12,6 @@ run on a redis-server of their own, whose script cache they flush.
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
-import subprocess
-import sys
 import textwrap
 import uuid
 from collections.abc import Iterator
@@ -26,15 +22,14 @@ import redis
 
 import effectq
 from effectq.store.redis.scripts import lua
+from tests.support.procs import killed_after_first_line
 from tests.support.servers import Server
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+@pytest.fixture
+def server(private_redis: Server) -> Server:
     """A redis-server of this module's own: its script cache is the tests' to flush."""
-    started = Server(tmp_path_factory.mktemp("unloaded")).start()
-    yield started
-    started.stop()
+    return private_redis
 
 
 @pytest.fixture
@@ -103,17 +98,8 @@ asyncio.run(main())
 
 def _killed_after_the_effect_returned(program: str) -> str:
     """Run ``program`` in a child, SIGKILL it once it printed the effect's key; the key."""
-    proc = subprocess.Popen([sys.executable, "-c", program], stdout=subprocess.PIPE, text=True)
-    try:
-        assert proc.stdout is not None
-        key, owed = proc.stdout.readline().split()
-        assert owed == "True"  # it did owe the completion's reply when killed
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(10)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    key, owed = killed_after_first_line(program).split()
+    assert owed == "True"  # it did owe the completion's reply when killed
     return key
 
 

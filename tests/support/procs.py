@@ -9,6 +9,9 @@ and a reconcile hook can look one up, across processes.
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
 import sys
 import time
 from typing import Any
@@ -17,6 +20,21 @@ import redis
 
 import effectq
 from effectq import events
+
+
+def killed_after_first_line(program: str) -> str:
+    """Run the Python ``program`` in a child; SIGKILL it once it printed a line; that line, stripped."""
+    proc = subprocess.Popen([sys.executable, "-c", program], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline().strip()
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return line
 
 
 def remote(url: str) -> redis.Redis:
@@ -39,8 +57,6 @@ def lookup(client: redis.Redis, ledger: str) -> Any:
 
 
 def _pid() -> int:
-    import os
-
     return os.getpid()
 
 

@@ -9,8 +9,10 @@ which routes each call to its slot's primary and follows ``MOVED``/``ASK``.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -113,6 +115,8 @@ class RedisStore(KeyLayout, ScriptCalls, AsyncScripts, RedisOperations, Store):
         self._sources = {name: lua(name) for name in SCRIPTS}
         self._scripts = {name: client.register_script(source) for name, source in self._sources.items()}
         self._lane = None if via_execute_command else lane_for(client) or sentinel_lane_for(client)
+        if self._lane is not None:
+            weakref.finalize(self, _hand_back, self._lane).atexit = False
         self._async_lane = None if self._wait_replicas else async_lane_for(client, self._lane)
         self._peer = peer_of(client)
         self._on_loop = None
@@ -444,6 +448,13 @@ class RedisStore(KeyLayout, ScriptCalls, AsyncScripts, RedisOperations, Store):
         self._notifier.close()
         if self._lane is not None:
             self._lane.close()
+
+
+def _hand_back(lane: sync.Lane) -> None:
+    """A store collected without ``close()``: its lane's connections go back to the client's
+    pool, as redis-py's own ``PubSub`` and ``Pipeline`` hand theirs back when collected."""
+    with contextlib.suppress(Exception):
+        lane.close()
 
 
 def _replica_count(value: Any) -> int:
