@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Callable, Sequence
-from dataclasses import replace
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..._runtime.leases import heartbeat
@@ -36,7 +35,8 @@ from .connect import client_from_url, protect_client
 from .errors import failure, raise_failure
 from .layout import KeyLayout, Layout
 from .notify import Notifier
-from .replies import STATUS, Prefetched, decode_claim, decode_read, packed_claim, text, when
+from .reads import RecordReads
+from .replies import STATUS, Prefetched, decode_claim, packed_claim, text
 from .scripts import SCRIPTS, ScriptCalls, lua
 from .sentinel import sentinel_lane_for
 from .traced import peer_of, post_traced
@@ -52,7 +52,7 @@ __all__ = ["RedisStore"]
 log = logging.getLogger("effectq.store")
 
 
-class RedisStore(KeyLayout, ScriptCalls, AsyncScripts, RedisOperations, Store):
+class RedisStore(KeyLayout, ScriptCalls, AsyncScripts, RecordReads, RedisOperations, Store):
     """A store on Redis (or fakeredis with lupa, which runs the same Lua).
 
     Besides the store primitives it has the operator ones (listing, summary,
@@ -398,39 +398,6 @@ class RedisStore(KeyLayout, ScriptCalls, AsyncScripts, RedisOperations, Store):
         if record is None:  # pragma: no cover - deleted between the two calls
             raise ResolveRefusedError(key, None, "the record vanished right after it was settled")
         return record
-
-    def get(self, key: str) -> Record | None:
-        record_key, _, unknown_key = self._keys(key)
-        reply = self._run("read", key, [record_key], [])
-        record = self._decode_read(key, reply)
-        if record is None:
-            return None
-        since = None
-        if record.status is Status.UNKNOWN:
-            try:
-                since = when(self._client.zscore(unknown_key, record_key))
-            except Exception as exc:
-                raise_failure("get", key, exc)
-        return replace(record, unknown_since=since, ref=record_key)
-
-    def read_records(self, record_keys: Sequence[str]) -> list[Record | None]:
-        """Records by their Redis keys (as the indexes list them), in one pipelined round trip.
-
-        A record whose key cannot be recomputed (a completed default key keeps only
-        16 hex of its input hash) gets ``key`` ending in ``…``.
-        """
-        script = self._scripts["read"]
-        try:
-            pipe = self._client.pipeline(transaction=False)
-            for record_key in record_keys:
-                script(keys=[record_key], args=[], client=pipe)
-            replies = pipe.execute()
-        except Exception as exc:
-            raise_failure("read", ",".join(record_keys[:3]), exc)
-        return [self._decode_read("", reply) for reply in replies]
-
-    def _decode_read(self, key: str, reply: Any) -> Record | None:
-        return decode_read(key, reply)
 
     def watch(self, key: str, callback: Callable[[], None]) -> Unsubscribe:
         return self._notifier.watch(self.record_key(key), callback)
