@@ -100,6 +100,9 @@ class Effect(StreamCalls, OutcomeCalls[P, R]):
         plain = all(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params)
         self._names = tuple(p.name for p in params) if plain else None  # binds by zip, fast
         self._all_keyed = set(self._key_params) == {p.name for p in params}
+        # What every claim of this effect asks, the same for each: worked out once, not per call.
+        self._can_reconcile = options.reconcile is not None
+        self._reconcile_first = self._can_reconcile and options.reconcile_on is ReconcileOn.ALWAYS
         functools.update_wrapper(self, fn)
 
     def __repr__(self) -> str:
@@ -186,9 +189,9 @@ class Effect(StreamCalls, OutcomeCalls[P, R]):
             self.name,  # name
             bound_run.id,  # run_id
             input_hash if options.key is not None else "",  # input_hash
-            options.reconcile is not None,  # can_reconcile
+            self._can_reconcile,  # can_reconcile
             options.replay_safe,  # replay_safe
-            options.reconcile is not None and options.reconcile_on is ReconcileOn.ALWAYS,  # reconcile_first
+            self._reconcile_first,  # reconcile_first
             options.retention_ms,  # retention_ms
             not bound_run.prefetch_tried,  # prefetch
             options.max_attempts,  # max_attempts

@@ -12,8 +12,8 @@ import functools
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, Protocol
 
+from ... import events
 from ...errors import StoreError
-from ...events import tracers
 from ..base import AsyncStore, Claim, ClaimRequest, ResultState
 from .errors import raise_failure
 from .layout import Layout
@@ -87,7 +87,7 @@ class AsyncScripts:
             return False
         keys, args = self._complete_args(key, token, result, result_state, retention_ms)
         sha, source = self._scripts["complete"].sha, self._sources["complete"]
-        if tracers():  # as in _run_async
+        if events._tracers:  # as in complete_pipelined
             post = functools.partial(lane.send_pipelined, sha, source, keys, args)
             return post_traced("complete", self._peer, post, self._settled(key, on_reply))
         return lane.send_pipelined(sha, source, keys, args, self._settled(key, on_reply))
@@ -98,7 +98,7 @@ class AsyncScripts:
         if not AsyncLane.serves(asyncio.get_running_loop()):
             return await asyncio.to_thread(self._run, name, key, keys, args)
         send = lane.evalsha
-        if tracers():  # APM cannot see the wire (see traced.py): a span of effectq's own
+        if events._tracers:  # APM cannot see the wire (see traced.py): a span of effectq's own
             send = functools.partial(run_traced_async, name, self._peer, send)
         try:
             return await send(

@@ -14,6 +14,7 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from ... import events
 from ..._runtime.leases import heartbeat
 from ...errors import (
     ClaimNotReplicatedError,
@@ -24,7 +25,6 @@ from ...errors import (
     ResolveRefusedError,
     StoreError,
 )
-from ...events import tracers
 from ...keys import check_namespace
 from ...options import Duration, seconds
 from ..base import Claim, ClaimKind, ClaimRequest, Record, ResultState, Status, Store, Unsubscribe
@@ -50,6 +50,8 @@ if TYPE_CHECKING:
 __all__ = ["RedisStore"]
 
 log = logging.getLogger("effectq.store")
+
+_STORED = ResultState.STORED  # read on every completion: a global, not an Enum class's attribute
 
 
 class RedisStore(KeyLayout, ScriptCalls, AsyncScripts, RecordReads, RedisOperations, Store):
@@ -290,7 +292,7 @@ class RedisStore(KeyLayout, ScriptCalls, AsyncScripts, RecordReads, RedisOperati
             return False
         keys, args = self._complete_args(key, token, result, result_state, retention_ms)
         sha, source = self._scripts["complete"].sha, self._sources["complete"]
-        if tracers():  # APM cannot see the wire (see traced.py): a span of effectq's own
+        if events._tracers:  # APM cannot see the wire (see traced.py): a span of effectq's own
             post = functools.partial(lane.send_pipelined, sha, source, keys, args)
             return post_traced("complete", self._peer, post, self._settled(key, on_reply))
         return lane.send_pipelined(sha, source, keys, args, self._settled(key, on_reply))
@@ -299,11 +301,13 @@ class RedisStore(KeyLayout, ScriptCalls, AsyncScripts, RecordReads, RedisOperati
         self, key: str, token: int, result: bytes | None, result_state: ResultState, retention_ms: int
     ) -> tuple[list[str], list[Any]]:
         """complete.lua's keys and arguments, waited for or posted alike."""
-        payload = result if result_state is ResultState.STORED and result is not None else b""
+        payload = result if result_state is _STORED and result is not None else b""
         layout = self._layout_of(key)
         keys = layout.script_keys
         channel = self._channel(keys[0])
-        return keys, [token, payload, result_state.value, retention_ms, channel, layout.digest, self._publish]
+        # _value_, not .value: an Enum's value is a property, two Python calls on every completion
+        state = result_state._value_
+        return keys, [token, payload, state, retention_ms, channel, layout.digest, self._publish]
 
     def prefetch(self, run_id: str, hint: Any = None) -> Prefetched:
         """The completed records of a run, found by effect key, in one round trip.
