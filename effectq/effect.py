@@ -14,13 +14,13 @@ import functools
 import inspect
 import threading
 import types
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from datetime import timedelta
 from typing import Any, ParamSpec, TypeVar, overload
 
 from . import switch
 from ._engine.calls import Call, new_owner
-from ._engine.drive import StreamClosed, drive_async_generator, drive_generator, run_async, run_sync
+from ._engine.drive import StreamClosed, run_async, run_sync
 from ._runtime.singleflight import flights, follow, follow_async
 from .canonical import key_bytes
 from .codec import ResultCodec, result_annotation
@@ -30,7 +30,6 @@ from .errors import (
     InvalidInputError,
     NoActiveRun,
 )
-from .events import EventKind
 from .keys import (
     bridge_hash,
     bridge_key,
@@ -58,6 +57,7 @@ from .outcome import Seen, waited
 from .outcome_calls import OutcomeCalls
 from .runs import active_run
 from .store.base import ClaimRequest
+from .streams import StreamCalls
 
 __all__ = ["Effect", "effect"]
 
@@ -68,7 +68,7 @@ KeyFunction = Callable[[dict[str, Any], KeyContext], str]
 ReconcileHook = Callable[[str, dict[str, Any], EffectContext], Any]
 
 
-class Effect(OutcomeCalls[P, R]):
+class Effect(StreamCalls, OutcomeCalls[P, R]):
     """A side-effecting function that applies at most once per effect key.
 
     Calling it inside a run claims the key, then executes, replays the recorded
@@ -77,7 +77,7 @@ class Effect(OutcomeCalls[P, R]):
     """
 
     def __init__(self, fn: Callable[P, R], options: EffectOptions) -> None:
-        self.fn = fn
+        self.fn: Callable[P, R] = fn
         if inspect.iscoroutinefunction(fn):
             self._invoke_kind = "async"
         elif inspect.isasyncgenfunction(fn):
@@ -100,6 +100,9 @@ class Effect(OutcomeCalls[P, R]):
         plain = all(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params)
         self._names = tuple(p.name for p in params) if plain else None  # binds by zip, fast
         self._all_keyed = set(self._key_params) == {p.name for p in params}
+        # What every claim of this effect asks, the same for each: worked out once, not per call.
+        self._can_reconcile = options.reconcile is not None
+        self._reconcile_first = self._can_reconcile and options.reconcile_on is ReconcileOn.ALWAYS
         functools.update_wrapper(self, fn)
 
     def __repr__(self) -> str:
@@ -186,9 +189,9 @@ class Effect(OutcomeCalls[P, R]):
             self.name,  # name
             bound_run.id,  # run_id
             input_hash if options.key is not None else "",  # input_hash
-            options.reconcile is not None,  # can_reconcile
+            self._can_reconcile,  # can_reconcile
             options.replay_safe,  # replay_safe
-            options.reconcile is not None and options.reconcile_on is ReconcileOn.ALWAYS,  # reconcile_first
+            self._reconcile_first,  # reconcile_first
             options.retention_ms,  # retention_ms
             not bound_run.prefetch_tried,  # prefetch
             options.max_attempts,  # max_attempts
@@ -252,81 +255,6 @@ class Effect(OutcomeCalls[P, R]):
             return await self.fn(*args, **kwargs)  # type: ignore[misc]
         finally:
             unbind_effect(token)
-
-    def _stream(
-        self, call: Call, args: tuple[Any, ...], kwargs: dict[str, Any], seen: Seen = None
-    ) -> Iterator[Any]:
-        """A generator effect: items stream through; the last one is recorded.
-
-        A consumer that closes the stream before its end (``close()``, or a ``break`` and
-        the generator collected) stops an effect that may have partly applied: its source
-        is closed inside the effect and the record turns unknown.
-        """
-        me = threading.get_ident()
-        flight, leader = flights.join(call.store, call.key, call.input_hash, me)
-        if not leader:
-            flight = follow(flight, call, me)
-            if flight.done:
-                yield waited(flight.outcome(), seen)
-                return
-        try:
-            source = functools.partial(_items, self.fn, args, kwargs)
-            value, came = yield from drive_generator(call, source, flight, me)
-        except BaseException as exc:
-            flights.land(flight, error=exc)
-            if isinstance(exc, StreamClosed):
-                return  # closed as asked, and recorded as unknown
-            raise
-        flights.land(flight, value)
-        if seen is not None:
-            seen.append((value, came))
-        if came is not EventKind.EXECUTED:
-            yield value
-
-    async def _stream_async(
-        self, call: Call, args: tuple[Any, ...], kwargs: dict[str, Any], seen: Seen = None
-    ) -> AsyncIterator[Any]:
-        """An async generator effect: items stream through; the last one is recorded.
-
-        Closed before its end (``aclose()``, or a ``break`` and the generator collected),
-        it is recorded as unknown, its source closed, as :meth:`_stream` says.
-        """
-        me = asyncio.current_task()
-        flight, leader = flights.join(call.store, call.key, call.input_hash, me)
-        if not leader:
-            flight = await follow_async(flight, call, me)
-            if flight.done:
-                yield waited(flight.outcome(), seen)
-                return
-        end: list[Any] = []
-        try:
-            source = functools.partial(_async_items, self.fn, args, kwargs)
-            driven = drive_async_generator(call, source, flight, me, end)
-            async for item in driven:
-                try:
-                    yield item
-                except BaseException as exc:  # GeneratorExit (closed early): on to the driver, as
-                    await driven.athrow(exc)  # yield from would; it raises what the procedure recorded
-                    raise
-            value, came = end
-        except BaseException as exc:
-            flights.land(flight, error=exc)
-            if isinstance(exc, StreamClosed):
-                return  # closed as asked, and recorded as unknown
-            raise
-        flights.land(flight, value)
-        if seen is not None:
-            seen.append((value, came))
-        if came is not EventKind.EXECUTED:
-            yield value
-
-
-def _items(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Iterator[Any]:
-    return iter(fn(*args, **kwargs))
-
-
-def _async_items(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> AsyncIterator[Any]:
-    return fn(*args, **kwargs).__aiter__()  # type: ignore[no-any-return]
 
 
 def _or_closed(maybe_applied: Callable[[BaseException], bool]) -> Callable[[BaseException], bool]:

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterator
 
     from ._engine.calls import Call
-    from .effect import Effect
+    from .wrapped import Wrapped
 
 __all__ = ["OutcomeCalls"]
 
@@ -53,7 +53,7 @@ class OutcomeCalls(Generic[P, R]):
         executed, replayed, reconciled or waited for, with the key and idempotency key."""
         self._expect("sync", "call_with_outcome")
         if switch.on:
-            return switch.plain_outcome(cast("Effect[P, R]", self), args, kwargs)
+            return switch.plain_outcome(cast("Wrapped", self), args, kwargs)
         call = self._prepare(args, kwargs)
         seen: list[tuple[Any, EventKind]] = []
         self._call_sync(call, args, kwargs, seen)
@@ -65,7 +65,7 @@ class OutcomeCalls(Generic[P, R]):
         """:meth:`call_with_outcome` for an async effect: ``await effect.acall_with_outcome(...)``."""
         self._expect("async", "acall_with_outcome")
         if switch.on:
-            return await switch.plain_outcome_async(cast("Effect[P, Any]", self), args, kwargs)
+            return await switch.plain_outcome_async(cast("Wrapped", self), args, kwargs)
         call = self._prepare(args, kwargs)
         seen: list[tuple[Any, EventKind]] = []
         await self._call_async(call, args, kwargs, seen)
@@ -77,7 +77,7 @@ class OutcomeCalls(Generic[P, R]):
         if self._invoke_kind not in ("gen", "async_gen"):
             raise TypeError(f"effect {self.name} is not a generator: call call_with_outcome")
         if switch.on:
-            return switch.plain_stream(cast("Effect[P, R]", self), args, kwargs)
+            return switch.plain_stream(cast("Wrapped", self), args, kwargs)
         call = self._prepare(args, kwargs)
         streamed: Streamed[Any] = Streamed(None, [], call.key, call.store.namespace)
         if self._invoke_kind == "gen":

@@ -37,7 +37,7 @@ from .outcome import Outcome, Streamed
 from .runs import active_run
 
 if TYPE_CHECKING:
-    from .effect import Effect
+    from .wrapped import Wrapped
 
 __all__ = ["DISABLED_VARIABLE", "EffectsDisabledWarning", "disabled", "is_disabled"]
 
@@ -126,26 +126,24 @@ def _warn(name: str) -> None:
         _warned = True
 
 
-def call_plain(effect: Effect[Any, Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+def call_plain(effect: Wrapped, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """Call ``effect``'s function as a plain function, after the checks that need no run."""
     return _called(effect, _context(effect, args, kwargs), args, kwargs, None)
 
 
-def plain_outcome(effect: Effect[Any, Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Outcome[Any]:
+def plain_outcome(effect: Wrapped, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Outcome[Any]:
     """:func:`call_plain` of a synchronous effect, as ``call_with_outcome`` returns it: executed."""
     ctx = _context(effect, args, kwargs)
     return Outcome(_called(effect, ctx, args, kwargs, None), EventKind.EXECUTED, ctx.key)
 
 
-async def plain_outcome_async(
-    effect: Effect[Any, Any], args: tuple[Any, ...], kwargs: dict[str, Any]
-) -> Outcome[Any]:
+async def plain_outcome_async(effect: Wrapped, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Outcome[Any]:
     """:func:`plain_outcome` of an async effect."""
     ctx = _context(effect, args, kwargs)
     return Outcome(await _called(effect, ctx, args, kwargs, None), EventKind.EXECUTED, ctx.key)
 
 
-def plain_stream(effect: Effect[Any, Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Streamed[Any]:
+def plain_stream(effect: Wrapped, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Streamed[Any]:
     """:func:`call_plain` of a generator effect, as ``stream_with_outcome`` returns it."""
     ctx = _context(effect, args, kwargs)
     end: list[Any] = []
@@ -153,7 +151,7 @@ def plain_stream(effect: Effect[Any, Any], args: tuple[Any, ...], kwargs: dict[s
 
 
 def _called(
-    effect: Effect[Any, Any], ctx: EffectContext, args: tuple[Any, ...], kwargs: dict[str, Any], end: Any
+    effect: Wrapped, ctx: EffectContext, args: tuple[Any, ...], kwargs: dict[str, Any], end: Any
 ) -> Any:
     kind, fn = effect._invoke_kind, effect.fn
     if kind == "sync":
@@ -169,7 +167,7 @@ def _called(
     return _async_items(fn, ctx, args, kwargs, end)
 
 
-def _context(effect: Effect[Any, Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> EffectContext:
+def _context(effect: Wrapped, args: tuple[Any, ...], kwargs: dict[str, Any]) -> EffectContext:
     _warn(effect.name)
     bound = effect._signature.bind(*args, **kwargs)  # TypeError, as the function would raise
     bound.apply_defaults()

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any, Protocol
 
+from ... import events
 from ...errors import StoreError
-from ...events import tracers
 from ..base import AsyncStore, Claim, ClaimRequest, ResultState
 from .errors import raise_failure
 from .layout import Layout
@@ -22,9 +22,6 @@ from .scripts import RETRY_SAFE
 from .traced import Peer, post_traced, run_traced_async
 from .wire import aio
 from .wire.aio import AsyncLane
-
-if TYPE_CHECKING:
-    from .store import RedisStore
 
 __all__ = ["AsyncScripts", "OnTheLoop"]
 
@@ -90,7 +87,7 @@ class AsyncScripts:
             return False
         keys, args = self._complete_args(key, token, result, result_state, retention_ms)
         sha, source = self._scripts["complete"].sha, self._sources["complete"]
-        if tracers():  # as in _run_async
+        if events._tracers:  # as in complete_pipelined
             post = functools.partial(lane.send_pipelined, sha, source, keys, args)
             return post_traced("complete", self._peer, post, self._settled(key, on_reply))
         return lane.send_pipelined(sha, source, keys, args, self._settled(key, on_reply))
@@ -101,7 +98,7 @@ class AsyncScripts:
         if not AsyncLane.serves(asyncio.get_running_loop()):
             return await asyncio.to_thread(self._run, name, key, keys, args)
         send = lane.evalsha
-        if tracers():  # APM cannot see the wire (see traced.py): a span of effectq's own
+        if events._tracers:  # APM cannot see the wire (see traced.py): a span of effectq's own
             send = functools.partial(run_traced_async, name, self._peer, send)
         try:
             return await send(
@@ -121,17 +118,42 @@ class AsyncScripts:
         return self._on_loop
 
 
+class _Twinned(Protocol):
+    """What :class:`OnTheLoop` takes of its store: the primitives, and their twins on the async wire."""
+
+    @property
+    def claim(self) -> Callable[..., Claim]: ...
+
+    @property
+    def complete(self) -> Callable[..., bool]: ...
+
+    @property
+    def _claim_async(self) -> Callable[..., Coroutine[Any, Any, Claim]]: ...
+
+    @property
+    def _complete_async(self) -> Callable[..., Coroutine[Any, Any, bool]]: ...
+
+    @property
+    def _complete_pipelined_async(self) -> Callable[..., bool]: ...
+
+
 class OnTheLoop:
     """A RedisStore's :class:`~effectq.store.base.AsyncStore`: its scripts sent on the async
     wire from the calling loop; a subclass's own ``claim`` or ``complete`` in a thread."""
 
     __slots__ = ("claim", "complete", "complete_pipelined")
 
-    def __init__(self, store: RedisStore, own_claim: bool, own_complete: bool) -> None:
-        self.claim = store._claim_async if own_claim else _in_thread(store.claim)
-        self.complete = store._complete_async if own_complete else _in_thread(store.complete)
+    def __init__(self, store: _Twinned, own_claim: bool, own_complete: bool) -> None:
+        self.claim: Callable[..., Coroutine[Any, Any, Claim]] = (
+            store._claim_async if own_claim else _in_thread(store.claim)
+        )
+        self.complete: Callable[..., Coroutine[Any, Any, bool]] = (
+            store._complete_async if own_complete else _in_thread(store.complete)
+        )
         # a subclass's own complete is the one to call: never pipelined past it
-        self.complete_pipelined = store._complete_pipelined_async if own_complete else _not_pipelined
+        self.complete_pipelined: Callable[..., bool] = (
+            store._complete_pipelined_async if own_complete else _not_pipelined
+        )
 
     async def flush_pending(self) -> None:
         await aio.flush_pending()

@@ -13,10 +13,10 @@ import contextlib
 import functools
 import logging
 import weakref
-from collections.abc import Callable, Sequence
-from dataclasses import replace
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from ... import events
 from ..._runtime.leases import heartbeat
 from ...errors import (
     ClaimNotReplicatedError,
@@ -27,7 +27,6 @@ from ...errors import (
     ResolveRefusedError,
     StoreError,
 )
-from ...events import tracers
 from ...keys import check_namespace
 from ...options import Duration, seconds
 from ..base import Claim, ClaimKind, ClaimRequest, Record, ResultState, Status, Store, Unsubscribe
@@ -38,7 +37,8 @@ from .connect import client_from_url, protect_client
 from .errors import failure, raise_failure
 from .layout import KeyLayout, Layout
 from .notify import Notifier
-from .replies import STATUS, Prefetched, decode_claim, decode_read, packed_claim, text, when
+from .reads import RecordReads
+from .replies import STATUS, Prefetched, decode_claim, packed_claim, text
 from .scripts import SCRIPTS, ScriptCalls, lua
 from .sentinel import sentinel_lane_for
 from .traced import peer_of, post_traced
@@ -53,8 +53,10 @@ __all__ = ["RedisStore"]
 
 log = logging.getLogger("effectq.store")
 
+_STORED = ResultState.STORED  # read on every completion: a global, not an Enum class's attribute
 
-class RedisStore(KeyLayout, ScriptCalls, AsyncScripts, RedisOperations, Store):
+
+class RedisStore(KeyLayout, ScriptCalls, AsyncScripts, RecordReads, RedisOperations, Store):
     """A store on Redis (or fakeredis with lupa, which runs the same Lua).
 
     Besides the store primitives it has the operator ones (listing, summary,
@@ -294,7 +296,7 @@ class RedisStore(KeyLayout, ScriptCalls, AsyncScripts, RedisOperations, Store):
             return False
         keys, args = self._complete_args(key, token, result, result_state, retention_ms)
         sha, source = self._scripts["complete"].sha, self._sources["complete"]
-        if tracers():  # APM cannot see the wire (see traced.py): a span of effectq's own
+        if events._tracers:  # APM cannot see the wire (see traced.py): a span of effectq's own
             post = functools.partial(lane.send_pipelined, sha, source, keys, args)
             return post_traced("complete", self._peer, post, self._settled(key, on_reply))
         return lane.send_pipelined(sha, source, keys, args, self._settled(key, on_reply))
@@ -303,11 +305,13 @@ class RedisStore(KeyLayout, ScriptCalls, AsyncScripts, RedisOperations, Store):
         self, key: str, token: int, result: bytes | None, result_state: ResultState, retention_ms: int
     ) -> tuple[list[str], list[Any]]:
         """complete.lua's keys and arguments, waited for or posted alike."""
-        payload = result if result_state is ResultState.STORED and result is not None else b""
+        payload = result if result_state is _STORED and result is not None else b""
         layout = self._layout_of(key)
         keys = layout.script_keys
         channel = self._channel(keys[0])
-        return keys, [token, payload, result_state.value, retention_ms, channel, layout.digest, self._publish]
+        # _value_, not .value: an Enum's value is a property, two Python calls on every completion
+        state = result_state._value_
+        return keys, [token, payload, state, retention_ms, channel, layout.digest, self._publish]
 
     def prefetch(self, run_id: str, hint: Any = None) -> Prefetched:
         """The completed records of a run, found by effect key, in one round trip.
@@ -402,39 +406,6 @@ class RedisStore(KeyLayout, ScriptCalls, AsyncScripts, RedisOperations, Store):
         if record is None:  # pragma: no cover - deleted between the two calls
             raise ResolveRefusedError(key, None, "the record vanished right after it was settled")
         return record
-
-    def get(self, key: str) -> Record | None:
-        record_key, _, unknown_key = self._keys(key)
-        reply = self._run("read", key, [record_key], [])
-        record = self._decode_read(key, reply)
-        if record is None:
-            return None
-        since = None
-        if record.status is Status.UNKNOWN:
-            try:
-                since = when(self._client.zscore(unknown_key, record_key))
-            except Exception as exc:
-                raise_failure("get", key, exc)
-        return replace(record, unknown_since=since, ref=record_key)
-
-    def read_records(self, record_keys: Sequence[str]) -> list[Record | None]:
-        """Records by their Redis keys (as the indexes list them), in one pipelined round trip.
-
-        A record whose key cannot be recomputed (a completed default key keeps only
-        16 hex of its input hash) gets ``key`` ending in ``…``.
-        """
-        script = self._scripts["read"]
-        try:
-            pipe = self._client.pipeline(transaction=False)
-            for record_key in record_keys:
-                script(keys=[record_key], args=[], client=pipe)
-            replies = pipe.execute()
-        except Exception as exc:
-            raise_failure("read", ",".join(record_keys[:3]), exc)
-        return [self._decode_read("", reply) for reply in replies]
-
-    def _decode_read(self, key: str, reply: Any) -> Record | None:
-        return decode_read(key, reply)
 
     def watch(self, key: str, callback: Callable[[], None]) -> Unsubscribe:
         return self._notifier.watch(self.record_key(key), callback)
