@@ -22,8 +22,9 @@ KEYS[4] (default keys only) the run's index of completed records (see complete.l
 ARGV[1] lease, ms
 ARGV[2] owner: unique per call; a retried claim with the same owner gets its grant back
 ARGV[3] flags: "r" may reconcile an unknown, "s" replay safe, "f" reconcile before a first run,
-        "i" on a completed record, also return the run's index when it lists any record but
-        this one (a redelivery prefetches the rest; a run of one effect has none to prefetch)
+        "i" on a completed record, also return the run's index and the records it lists when
+        it lists any record but this one (a redelivery prefetches the rest; a run of one effect
+        has none to prefetch)
 ARGV[4] the identity, as a grant writes it to h: effect name \n run id \n effect key \n input hash
         (or "")
 ARGV[5] retention of a pending or parked record, ms
@@ -32,7 +33,13 @@ ARGV[6] max attempts: a dispatch that would start execution number max + 1 parks
 
 Reply: a completed record is the packed string itself, as a bulk string (the caller reads it:
 a replay costs the server one GET); with the "i" flag and an index of more than this record,
-{packed, run index}. Else, by the first element:
+   PREFETCHED   {packed, run index, record 1, record 2, ...}  record i is the value of the
+                index's i-th entry: a packed record, or nil (this record; one gone, or no longer
+                completed). They are the first PREFETCH_RECORDS entries at most, and stop before
+                the one that would take them past PREFETCH_BYTES: the caller reads the entries
+                after the last one given with one MGET (same slot). Hints only: the caller uses
+                a packed record as a completed claim's, and claims any other key.
+Else, by the first element:
    1 CLAIMED    {1, token, attempt, status, error}  the caller holds a dispatched claim: execute
                 (error: why an unknown is being re-run, when replay_safe re-dispatched it)
    3 IN_FLIGHT  {3, token, attempt, status, remaining lease ms, holder}
@@ -57,7 +64,31 @@ local packed = redis.pcall('GET', rec)
 if type(packed) == 'string' then
   if KEYS[4] and string.find(ARGV[3], 'i', 1, true) then
     local index = redis.call('GET', KEYS[4]) -- 16 bytes a record
-    if index and #index > 16 then return {packed, index} end
+    if index and #index > 16 then
+      -- A redelivery: the records the index lists are in this bucket (this slot), read here
+      -- 16 at a time, so that what the reply cannot carry is not read whole either.
+      local PREFETCH_RECORDS, PREFETCH_BYTES = 128, 262144
+      local reply, left = {packed, index}, PREFETCH_BYTES
+      local tag, hex = string.sub(KEYS[4], 1, -37), string.rep('%02x', 16) -- "<tag>:" of "<tag>:run:<d>"
+      local count = math.min(math.floor(#index / 16), PREFETCH_RECORDS)
+      for first = 1, count, 16 do
+        local names = {}
+        for i = first, math.min(first + 15, count) do
+          names[#names + 1] = tag .. string.format(hex, string.byte(index, i * 16 - 15, i * 16))
+        end
+        local values = redis.call('MGET', unpack(names))
+        for i = 1, #names do
+          local value = values[i]
+          if names[i] == rec then value = false end -- the caller has it already
+          if value then
+            left = left - #value
+            if left < 0 then return reply end
+          end
+          reply[#reply + 1] = value
+        end
+      end
+      return reply
+    end
   end
   return packed
 end
