@@ -11,6 +11,7 @@ a script runs too.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from typing import Any
 
@@ -20,6 +21,7 @@ import redis.connection
 
 import effectq
 from effectq.store.base import ClaimKind, ClaimRequest, Store
+from effectq.store.redis.wire.aio import AsyncLane
 from tests.conftest import delete_namespace
 
 PREFETCH_RECORDS = 128
@@ -59,14 +61,14 @@ def _commands(sent: list[bytes]) -> list[bytes]:
 
 
 def _redelivered(
-    redis_client: redis.Redis, namespace: str, sent: list[bytes], effects: int, pad: int = 0
+    redis_client: redis.Redis, namespace: str, sent: list[bytes], effects: int, pad: int = 0, **options: Any
 ) -> list[bytes]:
     """Run ``effects`` effects, then again in a worker new to the run (a redelivery): the
     commands the redelivered run wrote. Every effect runs once, and replays the second time."""
     calls: list[int] = []
     send = _send(calls, pad)
     first = effectq.RedisStore(redis_client, namespace=namespace)
-    worker = effectq.RedisStore(redis_client, namespace=namespace)  # the worker it was redelivered to
+    worker = effectq.RedisStore(redis_client, namespace=namespace, **options)  # the one it was redelivered to
     try:
         for order in ("order-0", "order-1"):
             with effectq.run(order, store=first):
@@ -91,6 +93,13 @@ def test_a_redelivered_run_resumes_in_one_round_trip(
 ) -> None:
     """The claim that replays the first effect brings the others: no request follows it."""
     assert _redelivered(redis_client, namespace, sent, effects) == [b"EVALSHA"]
+
+
+def test_a_redelivered_run_resumes_in_one_round_trip_through_redis_py(
+    redis_client: redis.Redis, namespace: str, sent: list[bytes]
+) -> None:
+    """The same reply read by redis-py's ``execute_command`` (``via_execute_command=True``)."""
+    assert _redelivered(redis_client, namespace, sent, 3, via_execute_command=True) == [b"EVALSHA"]
 
 
 @pytest.mark.parametrize(
@@ -202,3 +211,45 @@ def test_a_replay_brings_the_run_records_only_when_it_lists_other_records(any_st
         assert [send(1), send(2)] == [{"sent": 1}, {"sent": 2}]
         assert again.prefetched is not None and again.prefetched.get(send.key(2)) is not None
     assert again.stats.replayed == 2 and calls == [1, 1, 2]
+
+
+def test_an_async_redelivered_run_resumes_in_one_round_trip(
+    redis_client: redis.Redis, namespace: str, sent: list[bytes], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Async effects on the async lane (whose writes are counted at the lane): the replay's reply
+    brings the rest there too."""
+    lane_write = AsyncLane._write
+
+    async def counted(lane: AsyncLane, conn: Any, frame: bytes) -> None:
+        sent.append(frame)
+        await lane_write(lane, conn, frame)
+
+    monkeypatch.setattr(AsyncLane, "_write", counted)
+    calls: list[int] = []
+
+    @effectq.effect(name="mail.send.async")
+    async def send(to: int) -> dict[str, int]:
+        calls.append(to)
+        return {"sent": to}
+
+    async def run(store: effectq.RedisStore, order: str) -> list[Any]:
+        async with effectq.run(order, store=store) as bound:
+            results = [await send(i) for i in range(3)]
+        return [results, bound.stats.replayed]
+
+    first = effectq.RedisStore(redis_client, namespace=namespace)
+    worker = effectq.RedisStore(redis_client, namespace=namespace)
+    try:
+
+        async def main() -> list[Any]:
+            for order in ("order-0", "order-1"):
+                await run(first, order)
+            await run(worker, "order-0")  # its connections made by an earlier task
+            sent.clear()
+            return await run(worker, "order-1")
+
+        assert asyncio.run(main()) == [[{"sent": i} for i in range(3)], 3]
+        assert _commands(sent) == [b"EVALSHA"] and calls == [0, 1, 2] * 2
+    finally:
+        first.close()
+        worker.close()
