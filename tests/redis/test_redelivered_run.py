@@ -24,7 +24,7 @@ from effectq.store.base import ClaimKind, ClaimRequest, Store
 from effectq.store.redis.wire.aio import AsyncLane
 from tests.conftest import delete_namespace
 
-PREFETCH_RECORDS = 128
+PREFETCH_RECORDS = 64
 """How many of the run's index entries the replay's claim reads (claim.lua)."""
 PREFETCH_BYTES = 256 * 1024
 """How many bytes of records the replay's claim returns at most (claim.lua)."""
