@@ -2,9 +2,10 @@
 
 The task ran N effects, then "died"; the broker redelivers it and it calls the
 same N effects again. Each is already completed, so each must replay. With
-the run's prefetch (the default), the first replay brings the run's index and
-one MGET brings the rest: two round trips whatever N. Without it (measured
-side by side by turning it off for the run), each replay is one claim: N.
+the run's prefetch (the default), the first replay's reply brings the run's
+other completed records: one round trip (past the claim's bound of 64 records
+or 256 KiB, one MGET more brings the rest). Without it (measured side by side
+by turning it off for the run), each replay is one claim: N.
 
     python bench/redelivery.py [--sizes 1 10 100] [--repeat 20] [--redis-url URL]
 """

@@ -84,7 +84,8 @@ class MemoryStore(MemoryOperations, Store):
                 return self._granted(row)
             status = row.status
             if status is Status.COMPLETED:
-                return self._completed(row, hint=True if request.prefetch else None)
+                found = self._run_records(request.run_id, now) if request.prefetch else {}
+                return self._completed(row, hint=found if len(found) > 1 else None)  # none for a run of one
             if status is Status.FAILED:
                 return self._failed(row)
             if status is Status.RELEASED:
@@ -415,16 +416,21 @@ class MemoryStore(MemoryOperations, Store):
         return unsubscribe
 
     def prefetch(self, run_id: str, hint: object = None) -> dict[str, Claim]:
-        """The completed records of a run, by effect key."""
+        """The completed records of a run, by effect key: those a completed claim brought
+        (``hint``), else read now."""
+        if isinstance(hint, dict):
+            return hint
         with self._lock:
-            now = self._clock()
-            return {
-                key: self._completed(row)
-                for key in list(self._rows)
-                if (row := self._row(key, now)) is not None
-                and row.status is Status.COMPLETED
-                and row.run_id == run_id
-            }
+            return self._run_records(run_id, self._clock())
+
+    def _run_records(self, run_id: str, now: int) -> dict[str, Claim]:
+        return {
+            key: self._completed(row)
+            for key in list(self._rows)
+            if (row := self._row(key, now)) is not None
+            and row.status is Status.COMPLETED
+            and row.run_id == run_id
+        }
 
 
 def _exhausted(row: _Row, max_attempts: int) -> bool:

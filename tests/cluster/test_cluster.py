@@ -149,6 +149,32 @@ def test_waiting_for_replicas_on_a_cluster(redis_cluster: Cluster, namespace: st
         delete_namespace(store.client, namespace)  # type: ignore[arg-type]
 
 
+def test_a_redelivered_run_on_a_cluster_replays_from_its_first_claim(
+    cluster_store: effectq.RedisStore, cluster_client: RedisCluster, namespace: str
+) -> None:
+    """The replay's claim reads the run's other records in its own slot: on Cluster too the
+    redelivered run gets them from that one reply, with or without replicas to wait for."""
+    calls: list[int] = []
+
+    @effectq.effect(name="cluster.step")
+    def step(n: int) -> int:
+        calls.append(n)
+        return n
+
+    with effectq.run("order", store=cluster_store):
+        assert [step(n) for n in range(5)] == list(range(5))
+    for wait_replicas in (0, 1):
+        worker = effectq.RedisStore(cluster_client, namespace=namespace, wait_replicas=wait_replicas)
+        try:
+            with effectq.run("order", store=worker) as again:
+                assert [step(n) for n in range(5)] == list(range(5))
+                assert again.prefetched is not None and len(again.prefetched) == 4
+            assert again.stats.replayed == 5 and again.stats.executed == 0
+        finally:
+            worker.close()
+    assert calls == list(range(5))
+
+
 def unknowns(store: effectq.RedisStore, count: int) -> list[str]:
     """``count`` keys of their own (so their own buckets), each claimed then marked unknown."""
     keys = [f"r:{n}" for n in range(count)]

@@ -98,9 +98,8 @@ def decode_claim(key: str, reply: Any) -> Claim:
         return completed_claim(key, reply)
     try:
         code = reply[0]
-        if type(code) is bytes:  # a completed record and the run's index
-            hint = reply[1] if len(reply) > 1 else None
-            return completed_claim(key, code, hint if isinstance(hint, bytes) else None)
+        if type(code) is bytes:  # PREFETCHED: a completed record, the run's index, the records it lists
+            return completed_claim(key, code, reply[1:] if len(reply) > 1 else None)
         code = int(code)
         if code in _GRANTED:  # positional, in Claim's field order: every first run reads one
             return Claim(
@@ -226,7 +225,7 @@ def decode_hash(key: str, fields: dict[bytes, bytes], pttl: int) -> Record:
     )
 
 
-def completed_claim(key: str, packed: bytes, hint: bytes | None = None) -> Claim:
+def completed_claim(key: str, packed: bytes, hint: list[Any] | None = None) -> Claim:
     """A COMPLETED claim from a packed record (complete.lua has the layout), or a clear error."""
     parts = packed.split(b"\n", 10)
     if len(parts) != 11 or parts[0] != b"c1" or not parts[1].isdigit() or not parts[2].isdigit():

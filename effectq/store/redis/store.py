@@ -314,19 +314,25 @@ class RedisStore(KeyLayout, ScriptCalls, AsyncScripts, RecordReads, RedisOperati
         return keys, [token, payload, state, retention_ms, channel, layout.digest, self._publish]
 
     def prefetch(self, run_id: str, hint: Any = None) -> Prefetched:
-        """The completed records of a run, found by effect key, in one round trip.
+        """The completed records of a run, found by effect key; no round trip for a run within
+        the claim's bound, one otherwise.
 
         The run's index (kept by complete.lua for default-shaped keys) lists the
-        records; ``hint`` is that index as a completed claim returned it (else it is
-        read first); one MGET reads them. Other keys are not indexed: they are
-        claimed as usual.
+        records. ``hint`` is what a completed claim returned (claim.lua's PREFETCHED
+        reply): the index and the values of its first entries, up to a bound; one MGET
+        reads the entries past them. Without a hint the index is read first. Other keys
+        are not indexed: they are claimed as usual.
         """
         index, tag, _, _ = self._run_bucket(run_id)
         try:
-            raw = hint if isinstance(hint, bytes) else self._client.get(index)
+            if isinstance(hint, list) and hint:
+                raw, values = hint[0], hint[1:]
+            else:
+                raw, values = self._client.get(index), []
             raw = raw if isinstance(raw, bytes) else b""
             record_keys = [f"{tag}:{raw[i : i + 16].hex()}" for i in range(0, len(raw) - 15, 16)]
-            values = self._client.mget(record_keys) if len(record_keys) > 1 else []
+            if len(values) < len(record_keys) > 1:  # past what the claim brought: the rest at once
+                values = [*values, *self._client.mget(record_keys[len(values) :])]
         except Exception as exc:
             raise_failure("prefetch", run_id, exc)
         found: dict[str, Claim] = {}

@@ -22,8 +22,9 @@ KEYS[4] (default keys only) the run's index of completed records (see complete.l
 ARGV[1] lease, ms
 ARGV[2] owner: unique per call; a retried claim with the same owner gets its grant back
 ARGV[3] flags: "r" may reconcile an unknown, "s" replay safe, "f" reconcile before a first run,
-        "i" on a completed record, also return the run's index when it lists any record but
-        this one (a redelivery prefetches the rest; a run of one effect has none to prefetch)
+        "i" on a completed record, also return the run's index and the records it lists when
+        it lists any record but this one (a redelivery prefetches the rest; a run of one effect
+        has none to prefetch)
 ARGV[4] the identity, as a grant writes it to h: effect name \n run id \n effect key \n input hash
         (or "")
 ARGV[5] retention of a pending or parked record, ms
@@ -32,7 +33,13 @@ ARGV[6] max attempts: a dispatch that would start execution number max + 1 parks
 
 Reply: a completed record is the packed string itself, as a bulk string (the caller reads it:
 a replay costs the server one GET); with the "i" flag and an index of more than this record,
-{packed, run index}. Else, by the first element:
+   PREFETCHED   {packed, run index, record 1, record 2, ...}  record i is the value of the
+                index's i-th entry: a packed record, or nil (this record; one gone, or no longer
+                completed). They are the first PREFETCH_RECORDS entries at most, and stop before
+                the one that would take them past PREFETCH_BYTES: the caller reads the entries
+                after the last one given with one MGET (same slot). Hints only: the caller uses
+                a packed record as a completed claim's, and claims any other key.
+Else, by the first element:
    1 CLAIMED    {1, token, attempt, status, error}  the caller holds a dispatched claim: execute
                 (error: why an unknown is being re-run, when replay_safe re-dispatched it)
    3 IN_FLIGHT  {3, token, attempt, status, remaining lease ms, holder}
@@ -57,7 +64,41 @@ local packed = redis.pcall('GET', rec)
 if type(packed) == 'string' then
   if KEYS[4] and string.find(ARGV[3], 'i', 1, true) then
     local index = redis.call('GET', KEYS[4]) -- 16 bytes a record
-    if index and #index > 16 then return {packed, index} end
+    if index and #index > 16 then
+      -- A redelivery: the records the index lists are in this bucket (this slot), read here
+      -- 16 at a time, so that what the reply cannot carry is not read whole either. A record's
+      -- key is the tag and its digest in hex, formatted as three numbers of 6, 6 and 4 bytes
+      -- (a format of one number a byte costs Redis twice as much). The tag holds no "%": the
+      -- prefix and the namespace are checked.
+      local PREFETCH_RECORDS, PREFETCH_BYTES = 64, 262144
+      local reply, n, left = {packed, index}, 2, PREFETCH_BYTES
+      local key = string.sub(KEYS[4], 1, -37) .. '%012x%012x%08x' -- "<tag>:" of "<tag>:run:<d>"
+      local count = math.min(math.floor(#index / 16), PREFETCH_RECORDS)
+      for first = 1, count, 16 do
+        local names, m = {}, 0
+        for i = first, math.min(first + 15, count) do
+          local a, b, c, d, e, f, g, h, i2, j, k, l, w, x, y, z = string.byte(index, i * 16 - 15, i * 16)
+          m = m + 1
+          names[m] = string.format(key, ((((a * 256 + b) * 256 + c) * 256 + d) * 256 + e) * 256 + f,
+            ((((g * 256 + h) * 256 + i2) * 256 + j) * 256 + k) * 256 + l, ((w * 256 + x) * 256 + y) * 256 + z)
+        end
+        local values = redis.call('MGET', unpack(names))
+        for i = 1, m do
+          local value = values[i]
+          if value then
+            if names[i] == rec then
+              value = false -- the caller has it already
+            else
+              left = left - #value
+              if left < 0 then return reply end
+            end
+          end
+          n = n + 1
+          reply[n] = value
+        end
+      end
+      return reply
+    end
   end
   return packed
 end
