@@ -167,7 +167,7 @@ def report(result: dict[str, Any]) -> str:
             f"effectq / its floor at p50: first time {first:.2f}x (both writes acknowledged: the run's "
             f"end reads the completion's reply), redelivered {replay:.2f}x (one round trip: the claim "
             "finds the record completed and replays it; a run of one effect has no other record to "
-            "prefetch, and a run of more gets its index in that same reply).",
+            "prefetch, and a run of more gets its other records in that same reply).",
         ]
     )
 

@@ -285,8 +285,9 @@ def procedure(call: Call, pipeline: Callable[[Settle], bool]) -> Procedure:
 def _prefetch(call: Call, hint: Any) -> Generator[Op, Any, None]:
     """A replay means a redelivery: fetch the run's other completed effects at once.
 
-    The claim that found the replay also brought the run's index (``hint``), so this
-    is one round trip, and none when the run has no other completed effect. Later
+    The claim that found the replay also brought the run's other completed records
+    (``hint``, up to claim.lua's bound), so this is no round trip within the bound and
+    one past it. Later
     calls of the run then replay without a round trip each. Best effort: a failure
     only means the calls claim as usual.
     """
