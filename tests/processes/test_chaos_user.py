@@ -51,7 +51,7 @@ def test_the_celery_example_unchanged_under_sigkills(tmp_path: Path) -> None:
     report = _chaos(
         tmp_path,
         *("--app", "examples.celery_app", "--send", "shop.fulfil({unique})", "--tasks", "4"),
-        *("--kill-every", "3:5"),
+        *("--kill-every", "3:5", "--target", "busy"),
         EXAMPLE_BROKER=AMQP_URL,
     )
     assert report["configuration"] == "celery-rabbitmq" and report["scenario"] == "examples.celery_app"
@@ -66,7 +66,7 @@ def test_the_dramatiq_example_unchanged_under_sigkills(tmp_path: Path) -> None:
     report = _chaos(
         tmp_path,
         *("--app", "examples.dramatiq_app", "--send", "fulfil({unique})", "--tasks", "4"),
-        *("--kill-every", "3:5"),
+        *("--kill-every", "3:5", "--target", "busy"),
     )
     assert report["configuration"] == "dramatiq-rabbitmq"
     assert report["kills"] and report["redeliveries"], report

@@ -83,6 +83,8 @@ def parser() -> argparse.ArgumentParser:
                    help="seconds between two faults (default 1.5:3.5, or the scenario's)")  # fmt: skip
     p.add_argument("--kill-with", type=_kinds, metavar="KINDS",
                    help=f"what the faults do, in turn: {', '.join(KILL_WITH)} (default kill)")  # fmt: skip
+    p.add_argument("--target", choices=("any", "busy"),
+                   help="whom a fault strikes: any worker, or one running a task (default any)")  # fmt: skip
     p.add_argument("--no-kills", action="store_true", help="no kills or shutdowns (other faults only)")
     p.add_argument("--redis-restart", type=float, metavar="SECONDS",
                    help="put the store on its own redis-server and restart it every SECONDS")  # fmt: skip
@@ -125,7 +127,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 _EXPLICIT = ("kill_every", "kill_with", "redis_restart", "store_pause", "partition", "sigstop", "cut", "pool",
-             "concurrency", "visibility", "pause")  # fmt: skip
+             "concurrency", "visibility", "pause", "target")  # fmt: skip
 """Options a scenario presets and the command line may override."""
 
 
