@@ -10,7 +10,8 @@ key form: ":" + the first 16 hex of the input hash when the key is "run id:name:
 (the default key, which the caller can recompute), else the whole key.
 
 KEYS[1] the record   KEYS[2] the open index   KEYS[3] the doubt index
-KEYS[4] (default keys only) the run's index of completed records: a string of 16-byte digests
+KEYS[4] (default keys only) the run's index of completed records: a string of 16-byte digests;
+        given only for a key whose last segment (after its last colon) is 64 lower-case hex digits
 ARGV[1] token
 ARGV[2] result bytes ("" with a result state other than stored)
 ARGV[3] result state: "" stored, "too_large", "unserialisable"
@@ -58,8 +59,13 @@ end
 -- long as "name \n run \n", p2.
 local head, tail = '', ''
 if p3 - p2 - 1 == p2 + 64 then
-  local _, e = find(h, '^[0-9a-f]*\n', p2 + p2 + 1)
-  if e == p3 then
+  -- 64 hex digits at its end: so KEYS[4] says (see above), else a look (a class costs Redis)
+  local hex = KEYS[4] ~= nil
+  if not hex then
+    local _, e = find(h, '^[0-9a-f]*\n', p2 + p2 + 1)
+    hex = e == p3
+  end
+  if hex then
     local prefix = sub(h, p1 + 1, p2 - 1) .. ':' .. sub(h, 1, p1 - 1) .. ':'
     if find(h, prefix, p2 + 1, true) == p2 + 1 then
       head, tail = sub(h, 1, p2) .. ':' .. sub(h, p2 + p2 + 1, p2 + p2 + 16), sub(h, p3)
