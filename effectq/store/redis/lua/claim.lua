@@ -106,7 +106,7 @@ if not packed then
   -- a free key (a first run): the same grant as fresh_claim(now, 0, true) below, whose m
   -- would only repeat c. Its numbers go to Redis as strings, each made once: Redis formats
   -- every number a script passes it with a printf of its own.
-  -- (string.format's %d formats an integer for half what tostring or tonumber costs.)
+  -- (Arithmetic's own coercion and string.format's %d cost half what tonumber and tostring do.)
   local clock = redis.call('TIME')
   local stamp = clock[1] .. string.sub('00000' .. clock[2], -6, -4) -- ms: seconds, then ms digits
   local now = stamp + 0
