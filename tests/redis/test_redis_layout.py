@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import uuid
 
+import pytest
 import redis
 from redis.crc import key_slot
 
 import effectq
+from effectq.store.base import ClaimRequest, ResultState
 
 
 def test_every_key_of_an_effect_shares_one_slot(redis_store: effectq.RedisStore) -> None:
@@ -83,3 +85,35 @@ def test_record_keys_stay_where_earlier_releases_wrote_them() -> None:
         "effectq:{golden:8c}:run:e1862ff9cf8dd87c69af84ba86ec43d7",
     ]
     assert layout.digest.hex() == "446eb6751e9e6a1b7057aa6ea825908e"
+
+
+@pytest.mark.parametrize("backend", ["redis_store", "fake_store"])
+@pytest.mark.parametrize(
+    ("run_id", "key", "form"),
+    [
+        ("r", "r:e.act:" + "ab" * 32, ":" + "ab" * 8),  # a default key: its run and name, and 16 hex
+        ("a:b", "a:b:e.act:" + "0f" * 32, ":" + "0f" * 8),  # a run id with a colon
+        ("r", "order-17", "order-17"),  # a key of the caller's own: whole
+        ("r", "other:e.act:" + "ab" * 32, "other:e.act:" + "ab" * 32),  # default-shaped, another run's
+        ("r", "r:e.act:" + "AB" * 32, "r:e.act:" + "AB" * 32),  # upper-case: no sha256 hex digest
+        ("r", "r:e.act:" + "ab" * 31 + "a", "r:e.act:" + "ab" * 31 + "a"),  # 63 digits
+        ("r", "r:e.act:" + "ab" * 32 + "a", "r:e.act:" + "ab" * 32 + "a"),  # 65 digits
+    ],
+)
+def test_a_completed_record_keeps_the_key_in_its_form(
+    request: pytest.FixtureRequest, backend: str, run_id: str, key: str, form: str
+) -> None:
+    """The packed record gives a default key of its own run and name as ":" and 16 of its hex
+    digits (the reader knows the rest), and any other key whole; the rest of the layout is fixed."""
+    store: effectq.RedisStore = request.getfixturevalue(backend)
+    claim = store.claim(
+        key, ClaimRequest(lease_ms=60_000, owner="o", name="e.act", run_id=run_id, input_hash="ih")
+    )
+    assert store.complete(
+        key, claim.token, result=b"R\nS", result_state=ResultState.STORED, retention_ms=60_000
+    )
+    packed = store.client.get(store.record_key(key))
+    assert isinstance(packed, bytes)
+    parts = packed.split(b"\n", 10)
+    assert parts[:4] == [b"c1", str(claim.token).encode(), b"1", b""] and parts[4].isdigit()
+    assert parts[5:] == [b"e.act", run_id.encode(), form.encode(), b"ih", b"", b"R\nS"]

@@ -10,7 +10,8 @@ key form: ":" + the first 16 hex of the input hash when the key is "run id:name:
 (the default key, which the caller can recompute), else the whole key.
 
 KEYS[1] the record   KEYS[2] the open index   KEYS[3] the doubt index
-KEYS[4] (default keys only) the run's index of completed records: a string of 16-byte digests
+KEYS[4] (default keys only) the run's index of completed records: a string of 16-byte digests;
+        given only for a key whose last segment (after its last colon) is 64 lower-case hex digits
 ARGV[1] token
 ARGV[2] result bytes ("" with a result state other than stored)
 ARGV[3] result state: "" stored, "too_large", "unserialisable"
@@ -35,20 +36,45 @@ if not s or r[2] ~= ARGV[1] then return 0 end
 if s ~= 'd' and s ~= 'p' and s ~= 'u' then return 0 end
 local clock = redis.call('TIME')
 local now = clock[1] .. string.sub('00000' .. clock[2], -6, -4) -- ms, as digits: no number to format
-local name, run, key, ihash
-if r[5] then name, run, key, ihash = string.match(r[5], '^([^\n]*)\n([^\n]*)\n([^\n]*)\n([^\n]*)$') end
-if not name then -- the identity as fields of their own (records written before h)
+-- h is name \n run \n key \n input hash, which the packed record repeats but for the key: a
+-- default key (run id:name:<sha256 hex>) goes as its form. Plain finds, and a sub only where a
+-- string is needed: a pattern over h, or a character class over the key, costs Redis several
+-- times what the rest of this does, and so does every string a script makes.
+local find, sub = string.find, string.sub
+local h = r[5]
+local p1 = h and find(h, '\n', 1, true)
+local p2 = p1 and find(h, '\n', p1 + 1, true)
+local p3 = p2 and find(h, '\n', p2 + 1, true)
+if not p3 or find(h, '\n', p3 + 1, true) then -- the identity as fields of their own (records written before h)
   local old = redis.call('HMGET', rec, 'n', 'u', 'k', 'i')
-  name, run, key, ihash = old[1] or '', old[2] or '', old[3] or '', old[4] or ''
+  h = (old[1] or '') .. '\n'
+  p1 = #h
+  h = h .. (old[2] or '') .. '\n'
+  p2 = #h
+  h = h .. (old[3] or '')
+  p3 = #h + 1
+  h = h .. '\n' .. (old[4] or '')
 end
-local form = key
-local prefix = run .. ':' .. name .. ':'
-local tail = string.sub(key, #prefix + 1)
-if string.sub(key, 1, #prefix) == prefix and #tail == 64 and not string.find(tail, '[^0-9a-f]') then
-  form = ':' .. string.sub(tail, 1, 16)
+-- h's newlines are at p1, p2, p3: the key runs from p2 + 1 to p3 - 1, and "run id:name:" is as
+-- long as "name \n run \n", p2.
+local head, tail = '', ''
+if p3 - p2 - 1 == p2 + 64 then
+  -- 64 hex digits at its end: so KEYS[4] says (see above), else a look (a class costs Redis)
+  local hex = KEYS[4] ~= nil
+  if not hex then
+    local _, e = find(h, '^[0-9a-f]*\n', p2 + p2 + 1)
+    hex = e == p3
+  end
+  if hex then
+    local prefix = sub(h, p1 + 1, p2 - 1) .. ':' .. sub(h, 1, p1 - 1) .. ':'
+    if find(h, prefix, p2 + 1, true) == p2 + 1 then
+      head, tail = sub(h, 1, p2) .. ':' .. sub(h, p2 + p2 + 1, p2 + p2 + 16), sub(h, p3)
+    end
+  end
 end
-local packed = table.concat({'c1', r[2], r[4] or '0', ARGV[3], now, name, run, form, ihash, '',
-  ARGV[2]}, '\n')
+if head == '' then head = h end
+local packed = 'c1\n' .. r[2] .. '\n' .. (r[4] or '0') .. '\n' .. ARGV[3] .. '\n' .. now .. '\n' .. head
+  .. tail .. '\n\n' .. ARGV[2]
 redis.call('SET', rec, packed, 'PX', ARGV[4])
 if KEYS[4] and redis.call('APPEND', KEYS[4], ARGV[6]) == #ARGV[6] then
   redis.call('PEXPIRE', KEYS[4], ARGV[4]) -- set once, when the run's first completion makes it
