@@ -9,26 +9,20 @@ import pytest
 
 from ..store.base import ClaimKind, ClaimRequest, ResultState, Status, Store
 from ..store.operators import OperatorStore
+from .contract_requests import RETENTION_MS, request
 
 __all__ = ["FailedContract"]
 
-KEEP = 60_000
+KEEP = RETENTION_MS
 """A lease and a retention no test outlasts."""
 
 
 def _capped(
     owner: str, cap: int = 0, *, replay_safe: bool = False, can_reconcile: bool = False
 ) -> ClaimRequest:
-    return ClaimRequest(
-        lease_ms=KEEP,
-        owner=owner,
-        name="contract.effect",
-        run_id="run-1",
-        can_reconcile=can_reconcile,
-        replay_safe=replay_safe,
-        retention_ms=KEEP,
-        max_attempts=cap,
-    )
+    """The contract's request (:func:`request`), with a lease no test outlasts and at most ``cap``
+    attempts (0: no cap)."""
+    return request(owner, KEEP, can_reconcile=can_reconcile, replay_safe=replay_safe, max_attempts=cap)
 
 
 def _released_times(store: Store, key: str, times: int) -> int:

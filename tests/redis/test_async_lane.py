@@ -26,7 +26,8 @@ import redis
 import effectq
 from effectq.store.base import Claim, ClaimKind, ClaimRequest
 from effectq.store.redis.wire.aio import AsyncLane
-from tests.support.servers import Server
+from tests.support import pauses
+from tests.support.servers import Server, wait_until
 
 
 @pytest.fixture(scope="module")
@@ -131,15 +132,15 @@ def test_a_cancelled_call_leaves_no_reply_for_the_next(
         with effectq.run(f"lane-{uuid.uuid4().hex[:8]}", store=redis_store):
             await send(0)  # a connection on the loop's stack
             before = list(_idle(lane))
-            redis_client.execute_command("CLIENT", "PAUSE", "300", "ALL")
-            call = asyncio.ensure_future(send(1))
-            await asyncio.sleep(0.1)  # the claim is written; Redis holds its reply
-            call.cancel()
-            with pytest.raises(asyncio.CancelledError):
-                await call
+            with pauses.writes_paused(redis_client):
+                call = asyncio.ensure_future(send(1))
+                await pauses.until_held_async(redis_client)  # the claim is written; Redis holds it
+                call.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await call
+            wait_until(lambda: not pauses.held(redis_client), "the cancelled claim left the pause")
             assert before
             assert not any(conn in _idle(lane) for conn in before)  # dropped, not stacked
-            await asyncio.sleep(0.3)  # the pause ends; the cancelled claim ran on Redis
             reply = await redis_store._claim_async(
                 "lane:another-key",
                 ClaimRequest(60_000, "owner-2", "lane.other", "r", "", False, False, False, 60_000, False),

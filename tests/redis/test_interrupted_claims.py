@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import threading
 import time
 import uuid
 
@@ -18,6 +19,7 @@ import redis
 
 import effectq
 from effectq._runtime.leases import heartbeat
+from tests.support import pauses
 
 
 @pytest.fixture(scope="module")
@@ -43,12 +45,12 @@ def test_a_task_cancelled_while_its_claim_is_on_its_way_leaves_no_false_unknown(
 
     async def main() -> None:
         async with effectq.run(run_id, store=redis_store):
-            admin.execute_command("CLIENT", "PAUSE", "300", "WRITE")
-            task = asyncio.create_task(act(7))
-            await asyncio.sleep(0.1)  # the claim is written and waits for the pause to end
-            task.cancel()
-            with pytest.raises(asyncio.CancelledError):
-                await task
+            with pauses.writes_paused(admin):
+                task = asyncio.create_task(act(7))
+                await pauses.until_held_async(admin)  # the claim is written and waits in Redis
+                task.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await task
 
     try:
         asyncio.run(main())
@@ -67,7 +69,7 @@ def test_a_task_cancelled_while_its_claim_is_on_its_way_leaves_no_false_unknown(
     assert heartbeat.pending()[1] == 0
 
 
-@pytest.mark.skipif(not hasattr(signal, "setitimer"), reason="needs setitimer")
+@pytest.mark.skipif(not hasattr(signal, "pthread_kill"), reason="needs pthread_kill")
 def test_a_time_limit_raised_while_the_claim_is_on_its_way_leaves_no_false_unknown(
     redis_store: effectq.RedisStore, onlooker: effectq.RedisStore, redis_url: str
 ) -> None:
@@ -87,17 +89,29 @@ def test_a_time_limit_raised_while_the_claim_is_on_its_way_leaves_no_false_unkno
     def limit(signum: int, frame: object) -> None:  # as Celery's soft time limit does, wherever the task is
         raise soft_time_limit("soft time limit exceeded")
 
+    held: list[bool] = []
+
+    def alarm_once_held() -> None:  # the time limit cuts in while the claim waits in Redis
+        watcher = redis.Redis.from_url(redis_url)
+        try:
+            pauses.until_held(watcher)
+            held.append(True)
+        finally:
+            watcher.close()
+            signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGALRM)
+
     previous = signal.signal(signal.SIGALRM, limit)
     try:
-        with effectq.run(run_id, store=redis_store):
-            admin.execute_command("CLIENT", "PAUSE", "300", "WRITE")
-            signal.setitimer(signal.ITIMER_REAL, 0.1)  # while the claim waits for the pause to end
+        with effectq.run(run_id, store=redis_store), pauses.writes_paused(admin):
+            alarm = threading.Thread(target=alarm_once_held, daemon=True)
+            alarm.start()
             with pytest.raises(soft_time_limit):  # the task's to handle, not retried as a store failure
                 act(8)
+            alarm.join()
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
         admin.close()
+    assert held == [True]
     assert applied == []
     with effectq.run(run_id, store=onlooker):
         key = act.key(8)

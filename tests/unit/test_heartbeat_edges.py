@@ -51,6 +51,11 @@ def caplog_repairs(caplog: pytest.LogCaptureFixture) -> pytest.LogCaptureFixture
     return caplog
 
 
+RETRIED_WITHIN = BACKOFF_CAP + 30.0
+"""A deadline (never a measure) for a deferred write's next try: the store may have failed it
+often enough meanwhile that its backoff reached the cap."""
+
+
 def _until(check: Callable[[], bool], what: str, within: float = 30.0) -> None:
     deadline = time.monotonic() + within
     while not check():
@@ -62,11 +67,28 @@ def _repair_lines(caplog: pytest.LogCaptureFixture, key: str) -> list[logging.Lo
     return [r for r in caplog.records if r.name == "effectq.repair" and key in r.getMessage()]
 
 
+def _outcome_logged(caplog: pytest.LogCaptureFixture, key: str) -> list[logging.LogRecord]:
+    """Once the heartbeat tried the write again and logged how it went (it succeeded, or was
+    refused), the key's repair lines. Waits on that line itself: ``pending()`` is 0 a moment
+    before the line is written."""
+    outcomes = ("succeeded", "refused")
+    _until(
+        lambda: any(w in r.getMessage() for r in _repair_lines(caplog, key) for w in outcomes),
+        f"a line saying how the retried write of {key} went",
+        within=RETRIED_WITHIN,
+    )
+    return _repair_lines(caplog, key)
+
+
+def _deferred() -> None:
+    """The write the store failed waits in the heartbeat (while the store stays down)."""
+    _until(lambda: heartbeat.pending()[1] == 1, "the failed write waits in the heartbeat")
+
+
 def _refusal_logged(caplog: pytest.LogCaptureFixture, key: str) -> logging.LogRecord:
     """Once the heartbeat tried the write again: the line that says it was refused (and no
     line says it succeeded)."""
-    _until(lambda: heartbeat.pending()[1] == 0, "the deferred write was tried")
-    lines = _repair_lines(caplog, key)
+    lines = _outcome_logged(caplog, key)
     refused = [r for r in lines if "refused" in r.getMessage()]
     assert refused, [r.getMessage() for r in lines]
     assert not [r for r in lines if "succeeded" in r.getMessage()]
@@ -102,7 +124,7 @@ def test_a_deferred_completion_refused_after_a_takeover_is_logged_as_refused(
 
     with effectq.run(run_id, store=flaky):
         assert charge(5) == 5  # applied; its completion waits in the heartbeat
-    assert heartbeat.pending()[1] == 1
+    _deferred()
     key = _taken_over_meanwhile(store, run_id, charge, 5)
     assert applied == [5, 5]  # the case the log must warn about
     flaky.up()
@@ -141,7 +163,7 @@ def test_a_deferred_release_or_mark_unknown_refused_after_a_takeover_is_logged_a
 
     with effectq.run(run_id, store=flaky), pytest.raises(raised):
         send(3)
-    assert heartbeat.pending()[1] == 1
+    _deferred()
     key = _taken_over_meanwhile(store, run_id, send, 3)
     flaky.up()
     refused = _refusal_logged(caplog_repairs, key)
@@ -164,9 +186,9 @@ def test_a_deferred_write_that_lands_is_logged_as_landed(
         assert landed(1) == 1
         key = landed.key(1)
     flaky.up()
-    _until(lambda: heartbeat.pending()[1] == 0, "the deferred completion was tried")
-    lines = [r.getMessage() for r in _repair_lines(caplog_repairs, key)]
+    lines = [r.getMessage() for r in _outcome_logged(caplog_repairs, key)]
     assert any("succeeded" in line for line in lines), lines
+    assert not [line for line in lines if "refused" in line], lines
     assert store.get(key).status is effectq.Status.COMPLETED  # type: ignore[union-attr]
 
 
