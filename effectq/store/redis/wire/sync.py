@@ -5,7 +5,8 @@ trip on loopback: the pool checkout and its observability hooks, argument
 encoding, retries, response callbacks. For the scripts every effect runs, that
 is more than the scripts cost Redis. The wire frames the ``EVALSHA`` itself
 (:mod:`.frames`), writes it with the connection's ``send_packed_command`` and
-reads the reply with its ``read_response`` (hiredis when installed), so
+reads the reply with its parser (hiredis when installed) as its ``read_response``
+would, without that call's per-reply bookkeeping (:func:`.redispy.reply_reader`), so
 RESP2/RESP3, push messages, TLS and authentication stay redis-py's.
 
 A connection the wire took from the pool stays the wire's: clean ones on an idle
