@@ -301,6 +301,7 @@ class Heartbeat:
                 if schedule:
                     wake = min(wake, schedule[0][0])
                 self._wake_at = wake
+                del leases, due  # asleep, it holds no lease: a store nobody holds any more can go
                 try:
                     item = inbox.get(timeout=max(0.0, wake - now))
                 except queue.Empty:

@@ -10,7 +10,9 @@ from __future__ import annotations
 import gc
 import logging
 import os
+import time
 import uuid
+import weakref
 
 import pytest
 import redis
@@ -258,14 +260,53 @@ def test_a_store_never_closed_hands_its_connection_back_when_collected(
         store = effectq.RedisStore(client, namespace=namespace)
         with effectq.run("dropped", store=store):
             assert _effect([])(1) == {"n": 2}
+        dropped = weakref.ref(store)
         del store
-        gc.collect()
+        _collected(dropped)
         client.ping()
         assert [c.get("name") for c in admin.client_list()].count(name) == 1
     finally:
         delete_namespace(admin, namespace)
         client.close()
         admin.close()
+
+
+def test_a_store_never_closed_stops_listening_when_collected(redis_url: str, namespace: str) -> None:
+    """A store dropped without close() after a waiter subscribed to its notifications: the
+    listener stops and its connection, taken from the client's pool, is closed (a thread and a
+    connection of the user's client are not kept for a store nobody holds)."""
+    name = f"dropped-notify-{uuid.uuid4().hex[:8]}"
+    client = _client(redis_url, client_name=name)
+    admin = redis.Redis.from_url(redis_url)
+
+    def held() -> int:
+        return [c.get("name") for c in admin.client_list()].count(name)
+
+    try:
+        store = effectq.RedisStore(client, namespace=namespace)
+        store.watch("some-key", lambda: None)  # the listener subscribes, on a connection of its own
+        assert held() == 1
+        dropped = weakref.ref(store)
+        del store
+        _collected(dropped)
+        deadline = time.monotonic() + 5  # the listener stops within half a second
+        while held() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert held() == 0
+    finally:
+        client.close()
+        admin.close()
+
+
+def _collected(store: weakref.ref[effectq.RedisStore], within: float = 5.0) -> None:
+    """Collect garbage until ``store`` is gone, for up to ``within`` seconds: the heartbeat thread
+    holds the leases it last looked at (a store's among them) until its next look, a second at most."""
+    deadline = time.monotonic() + within
+    gc.collect()
+    while store() is not None and time.monotonic() < deadline:
+        time.sleep(0.05)
+        gc.collect()
+    assert store() is None
 
 
 def test_other_clients_go_through_redis_py(redis_url: str) -> None:

@@ -330,6 +330,38 @@ def test_a_post_that_cannot_be_written_says_so_and_settles_what_was_owed(redis_u
         client.close()
 
 
+def test_a_post_whose_connection_is_opened_again_as_it_writes_settles_what_was_owed_as_lost(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another thread's ``pool.disconnect()`` lands between the check of a connection that owes a
+    reply and the write behind it, which redis-py makes on a socket it opens afresh: the reply owed
+    can come on no socket now. It is settled as lost, the post reported unwritten, and no reply is
+    ever taken for another's (none is waited for in vain either)."""
+    client = redis.Redis.from_url(redis_url, socket_timeout=2)
+    lane = Lane(client.connection_pool)
+    sha = client.script_load("return ARGV[1]")
+    settled: list[Any] = []
+    write = Lane._write
+
+    def closed_first(self: Lane, conn: Any, frame: bytes) -> None:
+        client.connection_pool.disconnect()  # as another thread may, at the worst moment
+        write(self, conn, frame)
+
+    try:
+        assert lane.send_pipelined(sha, "return ARGV[1]", [], [1], settled.append)
+        monkeypatch.setattr(Lane, "_write", closed_first)
+        assert not lane.send_pipelined(sha, "return ARGV[1]", [], [2], settled.append)
+        monkeypatch.setattr(Lane, "_write", write)
+        assert len(settled) == 1 and isinstance(settled[0], redis.ConnectionError), settled
+        assert "closed while replies were pending" in str(settled[0])
+        lane.flush()
+        assert len(settled) == 1
+        assert lane.evalsha(sha, "return ARGV[1]", [], [3], retry=True) == b"3"
+    finally:
+        lane.close()
+        client.close()
+
+
 def test_a_claim_that_times_out_behind_an_owed_reply_keeps_that_reply(
     redis_url: str, namespace: str, onlooker: effectq.RedisStore, caplog: Any
 ) -> None:

@@ -34,6 +34,7 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 from ...errors import ConfigurationError
 from .cluster import host_port
 from .wire.clients import plain_pool
+from .wire.redispy import reply_reader
 from .wire.sync import _BROKEN, _IDLE, Lane
 
 __all__ = ["SentinelLane", "is_sentinel_url", "sentinel_from_url", "sentinel_lane_for", "split_sentinel_url"]
@@ -125,16 +126,10 @@ class SentinelLane(Lane):
 
         super().__init__(pool, pool_args)
         self._readonly = redis.exceptions.ReadOnlyError
-        self._read_response = redis.connection.AbstractConnection.read_response
-
-    def _read(self, conn: Any) -> Any:
+        self._read = reply_reader(redis.connection.Connection)
         """One reply, read as by any redis-py connection: ``SentinelManagedConnection`` would turn
         a ``READONLY`` reply into a ConnectionError of its own, which the lane does itself
         (:meth:`_left_behind`), once it has read every reply the connection owes."""
-        try:
-            return self._read_response(conn)
-        except self._response_error as exc:
-            return exc
 
     def evalsha(
         self, sha: str, source: str | bytes, keys: Sequence[Any], args: Sequence[Any], *, retry: bool

@@ -117,8 +117,6 @@ class RedisStore(KeyLayout, ScriptCalls, AsyncScripts, RecordReads, RedisOperati
         self._sources = {name: lua(name) for name in SCRIPTS}
         self._scripts = {name: client.register_script(source) for name, source in self._sources.items()}
         self._lane = None if via_execute_command else lane_for(client) or sentinel_lane_for(client)
-        if self._lane is not None:
-            weakref.finalize(self, _hand_back, self._lane).atexit = False
         self._async_lane = None if self._wait_replicas else async_lane_for(client, self._lane)
         self._peer = peer_of(client)
         self._on_loop = None
@@ -128,6 +126,7 @@ class RedisStore(KeyLayout, ScriptCalls, AsyncScripts, RecordReads, RedisOperati
             if own_claim or own_complete:
                 self._on_loop = OnTheLoop(self, own_claim, own_complete)
         self._notifier = Notifier(client, self.channels(), sharded=self._sharded)
+        weakref.finalize(self, _hand_back, self._lane, self._notifier).atexit = False
 
     @classmethod
     def from_url(
@@ -427,11 +426,14 @@ class RedisStore(KeyLayout, ScriptCalls, AsyncScripts, RecordReads, RedisOperati
             self._lane.close()
 
 
-def _hand_back(lane: sync.Lane) -> None:
+def _hand_back(lane: sync.Lane | None, notifier: Notifier) -> None:
     """A store collected without ``close()``: its lane's connections go back to the client's
-    pool, as redis-py's own ``PubSub`` and ``Pipeline`` hand theirs back when collected."""
-    with contextlib.suppress(Exception):
-        lane.close()
+    pool, as redis-py's own ``PubSub`` and ``Pipeline`` hand theirs back when collected, and its
+    notification listener stops (its thread holds the notifier, not the store), closing its own."""
+    notifier.close()
+    if lane is not None:
+        with contextlib.suppress(Exception):
+            lane.close()
 
 
 def _replica_count(value: Any) -> int:

@@ -8,13 +8,15 @@ socket a reply is pending on is still the one a connection holds (a
 that reply never comes), to write on an asyncio connection without awaiting, to
 give the connections a pool made already a command packer, or to copy a pool's
 connection settings for asyncio connections (its ``connection_kwargs`` mix them
-with the sync client's own machinery). Those live here alone;
+with the sync client's own machinery); and ``read_response`` costs a reply more
+than the wire can afford (see :func:`reply_reader`). Those live here alone;
 ``tests/test_wire_redispy.py`` asserts each on the redis-py installed, and tox
 runs it on the oldest and newest of each major line the project supports.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from .frames import _PACKER, hiredis_packs
@@ -24,6 +26,7 @@ __all__ = [
     "protect_connection",
     "protect_pool",
     "protected_pool_class",
+    "reply_reader",
     "socket_of",
     "writer_of",
 ]
@@ -33,6 +36,51 @@ def socket_of(conn: Any) -> Any:
     """The socket a sync connection is connected on (None when it is not): a reply is pending on
     one socket, and only that socket can bring it."""
     return conn._sock
+
+
+def reply_reader(connection_class: type) -> Callable[[Any], Any]:
+    """How the wire reads one reply on a connection of ``connection_class``: a function of the
+    connection. An error reply is returned, not raised (the connection is as good as before);
+    otherwise as ``Connection.read_response``: a timeout raises redis-py's ``TimeoutError``, a
+    broken socket its ``ConnectionError``, and whatever stops the read (a signal's exception
+    too) closes the connection first, so that no reply is left half read on it.
+
+    Where the class reads replies as redis-py's own connections do (it does not override
+    ``read_response``), the reply is read from the connection's parser: ``read_response``
+    formats its host into an error message before every read, tests the protocol and, for a
+    client with health checks, restarts their clock (the wire sends with no health check, and
+    a connection it hands back to the pool gets at most one early ``PING``). Otherwise, and on a
+    redis-py whose connections have no parser, through ``read_response``.
+    """
+    import redis
+
+    base = getattr(redis.connection, "AbstractConnection", redis.connection.Connection)
+    response_error = redis.ResponseError
+    if getattr(connection_class, "read_response", None) is not base.read_response or not hasattr(
+        base, "_host_error"
+    ):
+
+        def read_public(conn: Any) -> Any:
+            try:
+                return conn.read_response()
+            except response_error as exc:
+                return exc
+
+        return read_public
+    timeout_error, connection_error = redis.TimeoutError, redis.ConnectionError
+
+    def read_parsed(conn: Any) -> Any:
+        try:
+            return conn._parser.read_response()
+        except BaseException as exc:
+            conn.disconnect()
+            if isinstance(exc, TimeoutError):  # a socket's timeout (redis-py's is no OSError)
+                raise timeout_error(f"Timeout reading from {conn._host_error()}")  # noqa: B904 (as redis-py)
+            if isinstance(exc, OSError):
+                raise connection_error(f"Error while reading from {conn._host_error()} : {exc.args}")  # noqa: B904
+            raise
+
+    return read_parsed
 
 
 def writer_of(conn: Any) -> Any:

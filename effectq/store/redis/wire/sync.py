@@ -5,7 +5,8 @@ trip on loopback: the pool checkout and its observability hooks, argument
 encoding, retries, response callbacks. For the scripts every effect runs, that
 is more than the scripts cost Redis. The wire frames the ``EVALSHA`` itself
 (:mod:`.frames`), writes it with the connection's ``send_packed_command`` and
-reads the reply with its ``read_response`` (hiredis when installed), so
+reads the reply with its parser (hiredis when installed) as its ``read_response``
+would, without that call's per-reply bookkeeping (:func:`.redispy.reply_reader`), so
 RESP2/RESP3, push messages, TLS and authentication stay redis-py's.
 
 A connection the wire took from the pool stays the wire's: clean ones on an idle
@@ -52,7 +53,7 @@ from .posted import (
     ordinary,
 )
 from .redispy import protect_connection as _protect_connection
-from .redispy import socket_of
+from .redispy import reply_reader, socket_of
 
 __all__ = ["Lane", "flush_pending", "lane_for"]
 
@@ -108,6 +109,8 @@ class Lane:
         self._response_error = redis.ResponseError
         self._noscript = redis.exceptions.NoScriptError
         self._connection_error = redis.ConnectionError
+        self._read = reply_reader(pool.connection_class)
+        """One reply; an error reply is returned, not raised (the connection is as good as before)."""
         self.scripts = ScriptCache()
         self._local = threading.local()
         """Per thread: ``conn``, a connection owing replies to posts; ``pending``, their settles; and
@@ -188,15 +191,16 @@ class Lane:
         try:
             if held is None:
                 conn, kind = self._take()
-                self._ready(conn, kind)
-                load = self.scripts.ahead(conn, socket_of(conn), sha, source)
+                sock = self._ready(conn, kind)
+                load = self.scripts.ahead(conn, sock, sha, source)
                 self._write(conn, load + frame)
             else:  # taken from the thread's hands before anything can fail
                 conn, pending, sock = held, local.pending, local.sock
                 local.conn, local.pending, local.sock = None, [], None
                 load = self.scripts.ahead(conn, sock, sha, source)
                 self._write_behind(conn, load + frame, sock)
-            sock = socket_of(conn)
+            if socket_of(conn) is not sock:  # closed and connected again as it wrote (another
+                raise lost(conn, self._connection_error)  # thread's ``pool.disconnect()``)
         except BaseException as exc:
             if conn is not None:
                 try:
@@ -394,16 +398,20 @@ class Lane:
         _protect_connection(conn)  # made before the store gave the pool its packer
         return conn, _NEW
 
-    def _ready(self, conn: Any, kind: object) -> None:
-        """``conn`` connected (a broken one closed first): a failure here means nothing was sent
-        (see :func:`~effectq.store.redis.errors.sent`)."""
+    def _ready(self, conn: Any, kind: object) -> Any:
+        """``conn`` connected (a broken one closed first), and the socket it is connected on: a
+        failure here means nothing was sent (see :func:`~effectq.store.redis.errors.sent`)."""
         try:
             if kind is _BROKEN:
                 conn.disconnect()
-            conn.connect()  # if closed while idle (``pool.disconnect()``); else it returns at once
+            sock = socket_of(conn)
+            if sock is None:  # closed while idle (``pool.disconnect()``), or new
+                conn.connect()
+                sock = socket_of(conn)
         except Exception as exc:
             _unsent(exc)
             raise
+        return sock
 
     def _write_behind(self, conn: Any, frame: bytes, sock: Any) -> None:
         """``frame`` written behind the posts whose replies ``conn`` owes on ``sock``: there or
@@ -418,13 +426,6 @@ class Lane:
         nothing: see :meth:`_write_behind`). redis-py raises its ``ConnectionError`` or
         ``TimeoutError``, the connection closed."""
         conn.send_packed_command((frame,), check_health=False)
-
-    def _read(self, conn: Any) -> Any:
-        """One reply; an error reply is returned, not raised (the connection is as good as before)."""
-        try:
-            return conn.read_response()
-        except self._response_error as exc:
-            return exc
 
     def _send(self, conn: Any, frame: bytes) -> Any:
         self._write(conn, frame)
