@@ -430,7 +430,8 @@ def _hand_back(lane: sync.Lane | None, notifier: Notifier) -> None:
     """A store collected without ``close()``: its lane's connections go back to the client's
     pool, as redis-py's own ``PubSub`` and ``Pipeline`` hand theirs back when collected, and its
     notification listener stops (its thread holds the notifier, not the store), closing its own."""
-    notifier.close()
+    with contextlib.suppress(Exception):  # a finalizer has no caller to tell
+        notifier.close()
     if lane is not None:
         with contextlib.suppress(Exception):
             lane.close()
