@@ -27,6 +27,8 @@ from .store.base import ResultState
 
 __all__ = ["ResultCodec", "result_annotation"]
 
+_STORED = ResultState.STORED  # every first time encodes: a global, not an Enum class's attribute
+
 _ITERATORS: set[Any] = {
     collections.abc.Iterator,
     collections.abc.Iterable,
@@ -95,7 +97,7 @@ class ResultCodec:
             return None, ResultState.UNSERIALISABLE, f"{type(exc).__name__}: {exc}"[:300]
         if len(data) > limit:
             return None, ResultState.TOO_LARGE, f"{len(data)} bytes over the {limit}-byte bound"
-        return data, ResultState.STORED, ""
+        return data, _STORED, ""
 
     def _encode_redacted(self, value: Any, limit: int) -> tuple[bytes | None, ResultState, str]:
         """:meth:`encode` of what ``redact`` keeps of ``value``: checked to read back as the

@@ -149,9 +149,9 @@ def _reconcile_sync(op: ReconcileOp) -> Any:
 async def run_op_async(op: Op, store: Store | None = None, astore: AsyncStore | None = None) -> Any:
     """Carry out one operation other than invoking the function, in an event loop.
 
-    ``astore``: ``store.async_store()``, whose ``claim`` and ``complete`` are sent from this
-    loop (no thread hop); without it, store calls go to a worker thread, so a slow store
-    never blocks the loop."""
+    ``astore``: ``store.async_store()``, whose ``claim``, ``complete`` and ``prefetch`` are
+    carried out from this loop (no thread hop; a prefetch hops only for its I/O); without it,
+    store calls go to a worker thread, so a slow store never blocks the loop."""
     kind = type(op)
     if kind is Call:
         return await claim_async(op, astore)  # type: ignore[arg-type]
@@ -163,6 +163,8 @@ async def run_op_async(op: Op, store: Store | None = None, astore: AsyncStore | 
                 return await astore.claim(*op.args, **op.kwargs)  # type: ignore[union-attr]
             if name == "complete":
                 return await astore.complete(*op.args, **op.kwargs)  # type: ignore[union-attr]
+            if name == "prefetch" and hasattr(astore, "prefetch"):  # a twin of before it had none
+                return await astore.prefetch(*op.args, **op.kwargs)  # type: ignore[union-attr]
         return await asyncio.to_thread(fn, *op.args, **op.kwargs)  # type: ignore[union-attr]
     if kind is WatchOp:
         return await _AsyncWatch().open(op.store, op.key)  # type: ignore[union-attr]

@@ -360,7 +360,8 @@ class Store(Protocol):
 class AsyncStore(Protocol):
     """A store's twin for an event loop (see :meth:`Store.async_store`): ``claim`` and
     ``complete`` as coroutines, ``complete_pipelined`` as a plain call, all on the calling
-    loop; ``flush_pending`` reads what the calling task's pipelined completions owe."""
+    loop; ``flush_pending`` reads what the calling task's pipelined completions owe;
+    ``prefetch`` hands its round trip, if it needs one, to a worker thread."""
 
     async def claim(self, key: str, request: ClaimRequest) -> Claim: ...
 
@@ -380,3 +381,8 @@ class AsyncStore(Protocol):
     ) -> bool: ...
 
     async def flush_pending(self) -> None: ...
+
+    async def prefetch(self, run_id: str, hint: Any = None) -> Prefetched | None:
+        """:meth:`Store.prefetch` from the loop: its I/O, if any, never blocks the loop (a twin
+        that has no ``prefetch`` gets the store's run in a worker thread)."""
+        ...

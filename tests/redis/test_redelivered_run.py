@@ -12,7 +12,9 @@ a script runs too.
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -251,5 +253,56 @@ def test_an_async_redelivered_run_resumes_in_one_round_trip(
         assert asyncio.run(main()) == [[{"sent": i} for i in range(3)], 3]
         assert _commands(sent) == [b"EVALSHA"] and calls == [0, 1, 2] * 2
     finally:
+        first.close()
+        worker.close()
+
+
+class _Recording(ThreadPoolExecutor):
+    """A default executor that records what is handed to it (``asyncio.to_thread`` submits there)."""
+
+    def __init__(self) -> None:
+        super().__init__(max_workers=2)
+        self.submitted: list[Any] = []
+
+    def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
+        inner = fn.args[0] if isinstance(fn, functools.partial) and fn.args else fn  # to_thread's ctx.run
+        self.submitted.append(getattr(inner, "__name__", inner))
+        return super().submit(fn, *args, **kwargs)
+
+
+@pytest.mark.parametrize(("effects", "hops"), [(1, 0), (3, 0), (PREFETCH_RECORDS + 4, 1)])
+def test_an_async_redelivered_run_hops_to_a_thread_only_for_records_past_the_bound(
+    redis_client: redis.Redis, namespace: str, effects: int, hops: int
+) -> None:
+    """The records the replay's claim brought are read in the event loop; only the MGET of those
+    past claim.lua's bound runs in a worker thread (a blocking round trip)."""
+    calls: list[int] = []
+
+    @effectq.effect(name="mail.send.async")
+    async def send(to: int) -> dict[str, int]:
+        calls.append(to)
+        return {"sent": to}
+
+    async def run(store: effectq.RedisStore, order: str) -> int:
+        async with effectq.run(order, store=store) as bound:
+            assert [await send(i) for i in range(effects)] == [{"sent": i} for i in range(effects)]
+        return bound.stats.replayed
+
+    first = effectq.RedisStore(redis_client, namespace=namespace)
+    worker = effectq.RedisStore(redis_client, namespace=namespace)  # the one it was redelivered to
+    executor = _Recording()
+    try:
+
+        async def main() -> int:
+            asyncio.get_running_loop().set_default_executor(executor)
+            await run(first, "order")
+            executor.submitted.clear()
+            return await run(worker, "order")
+
+        assert asyncio.run(main()) == effects
+        assert calls == list(range(effects))
+        assert executor.submitted == ["prefetch"] * hops
+    finally:
+        executor.shutdown()
         first.close()
         worker.close()

@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 from ... import events
 from ...errors import StoreError
-from ..base import AsyncStore, Claim, ClaimRequest, ResultState
+from ..base import AsyncStore, Claim, ClaimRequest, Prefetched, ResultState
 from .errors import raise_failure
 from .layout import Layout
 from .replies import decode_claim
@@ -136,14 +136,21 @@ class _Twinned(Protocol):
     @property
     def _complete_pipelined_async(self) -> Callable[..., bool]: ...
 
+    @property
+    def prefetch(self) -> Callable[..., Prefetched | None]: ...
+
+    def _prefetched(self, run_id: str, hint: Any) -> Prefetched | None: ...
+
 
 class OnTheLoop:
     """A RedisStore's :class:`~effectq.store.base.AsyncStore`: its scripts sent on the async
     wire from the calling loop; a subclass's own ``claim`` or ``complete`` in a thread."""
 
-    __slots__ = ("claim", "complete", "complete_pipelined")
+    __slots__ = ("_own_prefetch", "_store", "claim", "complete", "complete_pipelined")
 
-    def __init__(self, store: _Twinned, own_claim: bool, own_complete: bool) -> None:
+    def __init__(self, store: _Twinned, own_claim: bool, own_complete: bool, own_prefetch: bool) -> None:
+        self._store = store
+        self._own_prefetch = own_prefetch
         self.claim: Callable[..., Coroutine[Any, Any, Claim]] = (
             store._claim_async if own_claim else _in_thread(store.claim)
         )
@@ -157,6 +164,16 @@ class OnTheLoop:
 
     async def flush_pending(self) -> None:
         await aio.flush_pending()
+
+    async def prefetch(self, run_id: str, hint: Any = None) -> Prefetched | None:
+        """The store's ``prefetch``: read here when the claim's reply brought every record (no
+        I/O), in a worker thread when some need a round trip (or a subclass has its own)."""
+        store = self._store
+        if self._own_prefetch:
+            found = store._prefetched(run_id, hint)
+            if found is not None:
+                return found
+        return await asyncio.to_thread(store.prefetch, run_id, hint)
 
 
 def _not_pipelined(*args: Any, **completion: Any) -> bool:

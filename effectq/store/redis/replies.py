@@ -57,6 +57,9 @@ CODES: dict[int, ClaimKind] = {
     Reply.FAILED: ClaimKind.FAILED,
 }
 _GRANTED = (int(Reply.CLAIMED), int(Reply.RECONCILE))  # plain ints: every first run compares
+# Read on every claim reply: module globals, since on Python 3.11 an Enum member read off its
+# class goes through EnumType's __getattr__ hook (some 1,000 instructions each).
+_COMPLETED_KIND, _COMPLETED, _STORED = ClaimKind.COMPLETED, Status.COMPLETED, ResultState.STORED
 STATUS = {
     b"p": Status.PENDING,
     b"d": Status.DISPATCHED,
@@ -109,7 +112,7 @@ def decode_claim(key: str, reply: Any) -> Claim:
                 STATUS[reply[3]],  # status
                 0,  # lease_ms
                 None,  # result
-                ResultState.STORED,  # result_state
+                _STORED,  # result_state
                 "" if code == 1 or len(reply) < 6 else text(reply[5]),  # input_hash: a reconcile's
                 text(reply[4]),  # error
             )
@@ -234,12 +237,12 @@ def completed_claim(key: str, packed: bytes, hint: list[Any] | None = None) -> C
     if state is None:
         raise CorruptRecordError(key, f"result state {text(parts[3])!r}")
     return Claim(  # positional, in Claim's field order: every replay reads one
-        ClaimKind.COMPLETED,  # kind
+        _COMPLETED_KIND,  # kind
         int(parts[1]),  # token
         int(parts[2]),  # attempt
-        Status.COMPLETED,  # status
+        _COMPLETED,  # status
         0,  # lease_ms
-        parts[10] if state is ResultState.STORED else None,  # result
+        parts[10] if state is _STORED else None,  # result
         state,  # result_state
         parts[8].decode("utf-8", "replace"),  # input_hash
         "",  # error

@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
+from ... import events
 from ...errors import StoreError
-from ...events import tracers
 from .errors import raise_failure
 from .replicas import run_and_wait
 from .traced import Peer, run_traced
@@ -66,7 +66,7 @@ class ScriptCalls:
         try:
             if lane is not None:
                 send = lane.evalsha
-                if tracers():  # APM cannot see the wire (see traced.py): a span of effectq's own
+                if events._tracers:  # APM cannot see the wire (see traced.py): a span of effectq's own
                     send = functools.partial(run_traced, name, self._peer, send)
                 return send(script.sha, self._sources[name], keys, args, retry=name in RETRY_SAFE)
             return script(keys=keys, args=args)
@@ -84,7 +84,7 @@ class ScriptCalls:
             lane = self._lane
             if lane is not None:
                 send = lane.evalsha_wait
-                if tracers():  # as in _run
+                if events._tracers:  # as in _run
                     send = functools.partial(run_traced, name, self._peer, send)
                 return send(
                     self._scripts[name].sha,

@@ -34,11 +34,11 @@ from .admin import RedisOperations
 from .aio_store import AsyncScripts, OnTheLoop
 from .cluster import check_cluster, is_cluster
 from .connect import client_from_url, protect_client
-from .errors import failure, raise_failure
+from .errors import failure
 from .layout import KeyLayout, Layout
 from .notify import Notifier
 from .reads import RecordReads
-from .replies import STATUS, Prefetched, decode_claim, packed_claim, text
+from .replies import STATUS, decode_claim, text
 from .scripts import SCRIPTS, ScriptCalls, lua
 from .sentinel import sentinel_lane_for
 from .traced import peer_of, post_traced
@@ -124,7 +124,8 @@ class RedisStore(KeyLayout, ScriptCalls, AsyncScripts, RecordReads, RedisOperati
             own_claim = type(self).claim is RedisStore.claim
             own_complete = type(self).complete is RedisStore.complete
             if own_claim or own_complete:
-                self._on_loop = OnTheLoop(self, own_claim, own_complete)
+                own_prefetch = type(self).prefetch is RedisStore.prefetch
+                self._on_loop = OnTheLoop(self, own_claim, own_complete, own_prefetch)
         self._notifier = Notifier(client, self.channels(), sharded=self._sharded)
         weakref.finalize(self, _hand_back, self._lane, self._notifier).atexit = False
 
@@ -311,35 +312,6 @@ class RedisStore(KeyLayout, ScriptCalls, AsyncScripts, RecordReads, RedisOperati
         # _value_, not .value: an Enum's value is a property, two Python calls on every completion
         state = result_state._value_
         return keys, [token, payload, state, retention_ms, channel, layout.digest, self._publish]
-
-    def prefetch(self, run_id: str, hint: Any = None) -> Prefetched:
-        """The completed records of a run, found by effect key; no round trip for a run within
-        the claim's bound, one otherwise.
-
-        The run's index (kept by complete.lua for default-shaped keys) lists the
-        records. ``hint`` is what a completed claim returned (claim.lua's PREFETCHED
-        reply): the index and the values of its first entries, up to a bound; one MGET
-        reads the entries past them. Without a hint the index is read first. Other keys
-        are not indexed: they are claimed as usual.
-        """
-        index, tag, _, _ = self._run_bucket(run_id)
-        try:
-            if isinstance(hint, list) and hint:
-                raw, values = hint[0], hint[1:]
-            else:
-                raw, values = self._client.get(index), []
-            raw = raw if isinstance(raw, bytes) else b""
-            record_keys = [f"{tag}:{raw[i : i + 16].hex()}" for i in range(0, len(raw) - 15, 16)]
-            if len(values) < len(record_keys) > 1:  # past what the claim brought: the rest at once
-                values = [*values, *self._client.mget(record_keys[len(values) :])]
-        except Exception as exc:
-            raise_failure("prefetch", run_id, exc)
-        found: dict[str, Claim] = {}
-        for record_key, value in zip(record_keys, values, strict=False):
-            claim = packed_claim(value) if isinstance(value, bytes) else None
-            if claim is not None:
-                found[record_key] = claim
-        return Prefetched(self.record_key, found)
 
     def release(self, key: str, token: int, *, error: str, retention_ms: int, ran: bool = True) -> bool:
         keys = self._keys(key)
