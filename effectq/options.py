@@ -7,7 +7,7 @@ import inspect
 import itertools
 import math
 import signal
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
 from types import FrameType
@@ -70,16 +70,21 @@ MAYBE_APPLIED: tuple[str, ...] = (
     "httpx.RemoteProtocolError",
     "aiohttp.client_exceptions.ServerTimeoutError",
     "aiohttp.client_exceptions.ServerDisconnectedError",
+    "redis.exceptions.TimeoutError",
 )
 """Exceptions that mean "maybe applied", by qualified class name (subclasses match).
 
-Any other ``Exception`` means "not applied": the record is released and the next
-call applies the effect. A ``BaseException`` that is not an ``Exception``
-(``KeyboardInterrupt``, ``SystemExit``, ``asyncio.CancelledError``, Dramatiq's
-``TimeLimitExceeded`` and ``Shutdown``) also means "maybe applied", and so does any
-exception a signal handler raised (see :func:`raised_by_signal_handler`). Celery's
-``SoftTimeLimitExceeded`` is billiard's. Names are matched without importing
-the libraries.
+So does an exception raised from one of them, or while handling one (its ``__cause__``, else its
+``__context__``, as a traceback shows them): a client library's own error over a reset or a
+timeout (redis-py's ``ConnectionError`` over a ``ConnectionResetError``, requests' over urllib3's)
+means what the error it wraps means; ``raise ... from None`` says the new exception alone counts.
+Any other ``Exception`` means "not applied": the record is released and the next call applies
+the effect (redis-py's ``ConnectionError`` over a refused connection, for one). A
+``BaseException`` that is not an ``Exception`` (``KeyboardInterrupt``, ``SystemExit``,
+``asyncio.CancelledError``, Dramatiq's ``TimeLimitExceeded`` and ``Shutdown``) also means
+"maybe applied", and so does any exception a signal handler raised (see
+:func:`raised_by_signal_handler`). Celery's ``SoftTimeLimitExceeded`` is billiard's. Names are
+matched without importing the libraries.
 """
 
 
@@ -257,7 +262,8 @@ def classifier(
 
     Types and names add to the two rules that always hold: a ``BaseException`` that is
     not an ``Exception``, and an exception a signal handler raised, mean "maybe applied".
-    A callable decides alone (it may ask :func:`raised_by_signal_handler`).
+    Each is asked of the exception and of those it was raised from or while handling (see
+    :data:`MAYBE_APPLIED`). A callable decides alone (it may ask :func:`raised_by_signal_handler`).
     """
     if spec is None:
         spec = MAYBE_APPLIED
@@ -266,11 +272,23 @@ def classifier(
     matches = _matcher(spec, "maybe_applied")
 
     def maybe_applied(exc: BaseException) -> bool:
-        if not isinstance(exc, Exception):
+        if not isinstance(exc, Exception) or raised_by_signal_handler(exc):
             return True
-        return matches(exc) or raised_by_signal_handler(exc)
+        return any(not isinstance(link, Exception) or matches(link) for link in _chain(exc))
 
     return maybe_applied
+
+
+def _chain(exc: BaseException) -> Iterator[BaseException]:
+    """``exc``, then the exceptions it was raised from or while handling, as its traceback shows
+    them: the ``__cause__``, else the ``__context__`` (none after ``raise ... from None``)."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        yield current
+        cause = current.__cause__
+        current = cause if cause is not None or current.__suppress_context__ else current.__context__
 
 
 @dataclass(frozen=True, slots=True)
