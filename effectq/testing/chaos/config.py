@@ -61,6 +61,8 @@ class WorkloadConfig:
             and writes its result there after it (with effectq off too, as a task reads the
             order it charges and saves that it did), waiting as long as that Redis is frozen or
             cut off: the stall a frozen or partitioned Redis puts a task into, wherever it is.
+        reads_timeout: how long each of those calls waits for its answer before it raises
+            redis-py's ``TimeoutError`` (0: as long as it takes).
     """
 
     kind: str
@@ -83,6 +85,7 @@ class WorkloadConfig:
     app: str = ""
     queue_name: str = ""
     reads: int = 0
+    reads_timeout: float = 0.0
 
     def to_env(self) -> dict[str, str]:
         """The environment variables a worker process reads."""

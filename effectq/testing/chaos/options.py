@@ -112,6 +112,8 @@ class Options:
         reads: each effect reads its input from the store's Redis before its side effect and
             writes its result there after it, with effectq off too (so a frozen or cut-off store
             stalls a task wherever it is, as a stalled database would, effectq or not).
+        reads_timeout: how long each of those calls waits before it raises redis-py's
+            ``TimeoutError`` (0: as long as it takes; redis-py 8's default is 5 s).
     """
 
     configuration: str = "celery-redis"
@@ -156,6 +158,7 @@ class Options:
     app: str = ""
     send: tuple[str, ...] = ()
     reads: bool = False
+    reads_timeout: float = 0.0
 
     @property
     def chords(self) -> int:

@@ -206,7 +206,8 @@ class Report:
         if o.faults:
             faults.append(f"injected {o.faults}")
         if o.reads:
-            faults.append("each effect reads and writes the store's Redis")
+            timeout = f" (its calls give up after {o.reads_timeout:g}s)" if o.reads_timeout else ""
+            faults.append(f"each effect reads and writes the store's Redis{timeout}")
         return ", ".join(faults) or "none"
 
     def render(self) -> str:

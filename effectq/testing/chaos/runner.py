@@ -108,6 +108,7 @@ def run_chaos(options: Options, progress: Callable[[str], None] | None = None) -
             chord=options.chord,
             app=options.app,
             reads=int(options.reads),
+            reads_timeout=options.reads_timeout,
         )
         producer: Producer | UserProducer
         with answering(broker_url, "the broker"):

@@ -225,12 +225,14 @@ SCENARIOS: dict[str, Scenario] = {
         "celery-redis",
         "the store on a redis-server of its own, frozen (SIGSTOP) for 5 s, past the 2 s lease and "
         "the 2 s visibility timeout, while effects are in flight (at the first, then every 11 s); "
-        "each effect reads its input from that Redis and writes its result there; one more "
-        "worker stays idle (it restores unacked messages); no kills",
+        "each effect reads its input from that Redis and writes its result there, and gives "
+        "up after 4 s (redis-py 8's default is 5 s); one more worker stays idle (it restores "
+        "unacked messages); no kills",
         "a Redis that stops answering without closing its connections (a VM paused, a failover, "
         "a slow fork): the tasks waiting on it outlive their lease and the broker's visibility "
-        "timeout, and the broker hands them to another worker while they still run",
-        {**_STALLED_STORE, "store_pause": 6.0},
+        "timeout, and the broker hands them to another worker while they still run; a task's "
+        "own call into it times out, after its side effect as well as before",
+        {**_STALLED_STORE, "store_pause": 6.0, "reads_timeout": 4.0},
         {
             "ci": {"tasks": 8, "effects": 3, "workers": 2, "timeout": 120.0},
             "long": {"tasks": 400, "effects": 4, "workers": 3, "timeout": 1800.0},

@@ -156,13 +156,17 @@ def _data(config: WorkloadConfig) -> Any:
     """The task's data on the store's Redis: ``data(task, index, "")`` reads an effect's input,
     ``data(task, index, value)`` saves its result (kept a minute); nothing without ``reads``.
 
-    The client has no socket timeout: a call sent to a frozen or cut-off Redis waits for its
-    answer, as a task's call into a stalled database does, instead of failing the task."""
+    A call sent to a frozen or cut-off Redis waits for its answer, as a task's call into a stalled
+    database does; with ``reads_timeout``, only so long (redis-py 8 gives every client 5 s by
+    default), then it raises redis-py's ``TimeoutError``: before the side effect (nothing
+    applied) or after it (applied, its result unsaved). effectq takes either for maybe applied,
+    and the reconcile hook asks the ledger which."""
     if not config.reads:
         return lambda task_no, index, value: None
     import redis
 
-    client = redis.Redis.from_url(config.store)
+    timeout = config.reads_timeout or None
+    client = redis.Redis.from_url(config.store, socket_timeout=timeout, socket_connect_timeout=timeout)
 
     def data(task_no: int, index: int, value: str) -> None:
         key = f"{config.prefix}data:{task_no}:{index}"
