@@ -163,7 +163,7 @@ async def run_op_async(op: Op, store: Store | None = None, astore: AsyncStore | 
                 return await astore.claim(*op.args, **op.kwargs)  # type: ignore[union-attr]
             if name == "complete":
                 return await astore.complete(*op.args, **op.kwargs)  # type: ignore[union-attr]
-            if name == "prefetch" and hasattr(astore, "prefetch"):  # a twin of before it had none
+            if name == "prefetch":
                 return await astore.prefetch(*op.args, **op.kwargs)  # type: ignore[union-attr]
         return await asyncio.to_thread(fn, *op.args, **op.kwargs)  # type: ignore[union-attr]
     if kind is WatchOp:

@@ -384,5 +384,5 @@ class AsyncStore(Protocol):
 
     async def prefetch(self, run_id: str, hint: Any = None) -> Prefetched | None:
         """:meth:`Store.prefetch` from the loop: its I/O, if any, never blocks the loop (a twin
-        that has no ``prefetch`` gets the store's run in a worker thread)."""
+        with nothing to fetch that way hands the store's ``prefetch`` to a worker thread)."""
         ...
