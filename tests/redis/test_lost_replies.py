@@ -16,6 +16,7 @@ import socket
 import threading
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
@@ -24,6 +25,7 @@ import redis.asyncio
 
 import effectq
 from effectq.options import classifier
+from tests.support.servers import Server
 
 
 class ReplyDropper:
@@ -101,6 +103,38 @@ def test_a_reply_lost_to_a_closed_connection_is_unknown(
     ledger.delete(f"{namespace}:credit:ada")
     ledger.close()
     lossy.close()
+
+
+def test_a_call_after_its_redis_was_killed_is_unknown(
+    redis_store: effectq.RedisStore, tmp_path: Path, namespace: str
+) -> None:
+    """The function's own Redis (not the store's) SIGKILLed between two of its calls, after its
+    side effect: the pooled connection is found closed by the server, the reconnect refused.
+    redis-py raises the refusal over the closed connection (as the chaos redis-restart run with
+    effects writing their results there showed): maybe applied, not released and applied again."""
+    server = Server(tmp_path).start()
+    applied: list[str] = []
+    own = redis.Redis(host="127.0.0.1", port=server.port, retry=None, socket_connect_timeout=2)
+    try:
+        own.ping()  # a pooled connection, as a worker's client has one
+
+        @effectq.effect(name="mail.send")
+        def send(to: str) -> str:
+            applied.append(to)  # the email went out
+            server.kill()  # its Redis dies (OOM killer, node drain) before the bookkeeping write
+            own.set(f"{namespace}:sent:{to}", 1)
+            return "sent"
+
+        run = str(uuid.uuid4())
+        with effectq.run(run, store=redis_store), pytest.raises(redis.exceptions.ConnectionError) as raised:
+            send("ada@example.com")
+        assert isinstance(raised.value.__context__, ConnectionRefusedError)
+        with effectq.run(run, store=redis_store), pytest.raises(effectq.OutcomeUnknown):
+            send("ada@example.com")  # the redelivery: not sent again
+        assert applied == ["ada@example.com"]
+    finally:
+        own.close()
+        server.stop()
 
 
 def test_the_asyncio_client_losing_its_reply_is_maybe_applied(dropper: ReplyDropper) -> None:
