@@ -71,8 +71,14 @@ MAYBE_APPLIED: tuple[str, ...] = (
     "aiohttp.client_exceptions.ServerTimeoutError",
     "aiohttp.client_exceptions.ServerDisconnectedError",
     "redis.exceptions.TimeoutError",
+    "redis.exceptions.ConnectionError: Connection closed by server.",
 )
-"""Exceptions that mean "maybe applied", by qualified class name (subclasses match).
+"""Exceptions that mean "maybe applied", by qualified class name (subclasses match); a name
+followed by ``": "`` and a message matches only an exception of that class whose ``str()`` is that
+message, for a client that tells a lost reply from a failed connect by its message alone: redis-py
+raises its ``ConnectionError("Connection closed by server.")``, over no other exception, when the
+server or a proxy closed the connection (cleanly, not by a reset) after the request went out, as
+aiohttp's ``ServerDisconnectedError`` and httpx's ``RemoteProtocolError`` say of an HTTP reply.
 
 So does an exception raised from one of them, or while handling one (its ``__cause__``, else its
 ``__context__``, as a traceback shows them): a client library's own error over a reset or a
@@ -213,13 +219,18 @@ def attempts(value: Any) -> int:
 
 
 def _matcher(spec: Iterable[Any] | type | str, option: str) -> Callable[[BaseException], bool]:
-    """Whether an exception is one of ``spec``'s classes or qualified names (subclasses match)."""
+    """Whether an exception is one of ``spec``'s classes or qualified names (subclasses match), or
+    of a ``"name: message"`` class with that message."""
     if isinstance(spec, str | type):
         spec = (spec,)  # one class or name, as a one-item list
     names: set[str] = set()
+    messages: dict[str, set[str]] = {}
     types: list[type[BaseException]] = []
     for item in spec:
-        if isinstance(item, str):
+        if isinstance(item, str) and ": " in item:
+            name, message = item.split(": ", 1)
+            messages.setdefault(name, set()).add(message)
+        elif isinstance(item, str):
             names.add(item)
         elif isinstance(item, type) and issubclass(item, BaseException):
             types.append(item)
@@ -230,7 +241,11 @@ def _matcher(spec: Iterable[Any] | type | str, option: str) -> Callable[[BaseExc
     def matches(exc: BaseException) -> bool:
         if frozen_types and isinstance(exc, frozen_types):
             return True
-        return bool(names) and any(_qualname(cls) in names for cls in type(exc).__mro__)
+        if names and any(_qualname(cls) in names for cls in type(exc).__mro__):
+            return True
+        if not messages:
+            return False
+        return any(str(exc) in messages.get(_qualname(cls), ()) for cls in type(exc).__mro__)
 
     return matches
 

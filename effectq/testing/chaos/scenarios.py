@@ -256,10 +256,20 @@ SCENARIOS: dict[str, Scenario] = {
     "redis-restart": Scenario(
         "celery-redis",
         "the store on a redis-server of its own (append-only, fsync always), SIGKILLed and "
-        "restarted every 3 s; busy workers SIGKILLed",
+        "restarted every 3 s; each effect reads its input from that Redis and writes its result "
+        "there; busy workers SIGKILLed",
         "the store's Redis crashing or restarted for an upgrade while effects are in flight: with "
-        "persistence, nothing it acknowledged is lost and effects fail closed until it is back",
-        {"redis_restart": 3.0, "kill_every": (2.0, 3.5), "target": "busy"},
+        "persistence, nothing it acknowledged is lost and effects fail closed until it is back; a "
+        "task's own call into it loses its reply or finds its connection closed, after its side "
+        "effect as well as before",
+        {
+            "redis_restart": 3.0,
+            "kill_every": (2.0, 3.5),
+            "target": "busy",
+            "reads": True,
+            "reads_timeout": 4.0,
+            "inside": 0.2,
+        },
         {
             "ci": {"tasks": 12, "effects": 4, "workers": 2, "timeout": 120.0},
             "long": {"tasks": 500, "effects": 4, "workers": 3, "timeout": 1800.0},
