@@ -34,7 +34,19 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-CASES = ("replay, sync", "first time, sync", "replay, async", "first time, async")
+CASES = (
+    "replay, sync",
+    "first time, sync",
+    "replay, async",
+    "first time, async",
+    "one-effect run, first time, sync",
+    "one-effect run, replay, sync",
+    "one-effect run, first time, async",
+    "one-effect run, replay, async",
+)
+"""The first four: effects one after another in one run. The "one-effect run" cases: what a task
+with one effect pays, a run of its own per call (entered, the one effect, exited), its key never
+seen before (a new run id each call), first time or replayed (a redelivery to a fresh worker)."""
 
 _REPLAY = b"c1\n1\n1\n\n1\nbench.piece\npieces\n:0123456789abcdef\n\n\n5"
 _CLAIMED = [1, 1, 1, b"d", b""]
@@ -109,7 +121,38 @@ def _calls() -> dict[str, Callable[[int], float]]:
 
         return run
 
+    def one_effect_sync(replies: list[Any]) -> Callable[[int], float]:
+        def run(n: int) -> float:
+            store._lane = Canned(replies)  # type: ignore[assignment]
+            started = time.perf_counter()
+            for _ in range(n):
+                i = next(counter)
+                with effectq.run(f"task-{i}", store=store):
+                    piece(i)
+            return time.perf_counter() - started
+
+        return run
+
+    def one_effect_async(replies: list[Any]) -> Callable[[int], float]:
+        async def calls(n: int) -> float:
+            store._async_lane = _AsyncCanned(replies)  # type: ignore[assignment]
+            started = time.perf_counter()
+            for _ in range(n):
+                i = next(counter)
+                async with effectq.run(f"task-{i}", store=store):
+                    await apiece(i)
+            return time.perf_counter() - started
+
+        def run(n: int) -> float:
+            return asyncio.run(calls(n))
+
+        return run
+
     return {
+        "one-effect run, first time, sync": one_effect_sync([_CLAIMED, 1]),
+        "one-effect run, replay, sync": one_effect_sync([_REPLAY]),
+        "one-effect run, first time, async": one_effect_async([_CLAIMED, 1]),
+        "one-effect run, replay, async": one_effect_async([_REPLAY]),
         "replay, sync": sync_case([_REPLAY]),
         "first time, sync": sync_case([_CLAIMED, 1]),
         "replay, async": async_case([_REPLAY]),

@@ -55,7 +55,7 @@ from .options import (
 )
 from .outcome import Seen, waited
 from .outcome_calls import OutcomeCalls
-from .runs import active_run
+from .runs import _current as _bound_run
 from .store.base import ClaimRequest
 from .streams import StreamCalls
 
@@ -150,7 +150,7 @@ class Effect(StreamCalls, OutcomeCalls[P, R]):
     # -- preparing a call (everything that can fail before a claim) ------------------------
 
     def _prepare(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Call:
-        bound_run = active_run()
+        bound_run = _bound_run.get()  # active_run(), without its call
         if bound_run is None:
             raise NoActiveRun(self.name)
         names = self._names

@@ -89,8 +89,10 @@ class Run:
         self._calls: dict[str, int] = {}
         self._seq = 0
         self._lock = threading.Lock()
-        self._pending: list[Store] = []
-        self._pending_async: list[AsyncStore] = []
+        # Stores with replies left to read at the run's end: none until a completion is
+        # pipelined (a replayed run never has one), so no list is made before.
+        self._pending: list[Store] | tuple[()] = ()
+        self._pending_async: list[AsyncStore] | tuple[()] = ()
         self.prefetched: Any = None
         """The run's completed records, fetched at once when a replay shows a redelivery."""
         self.prefetch_tried = False
@@ -116,13 +118,15 @@ class Run:
     def pending(self, store: Store) -> None:
         """``store`` got a pipelined completion from the thread that entered the run: the
         run's end reads its reply, if nothing read it before (``store.flush_pending()``)."""
-        if store not in self._pending:
-            self._pending.append(store)
+        pending = self._pending
+        if store not in pending:
+            self._pending = [*pending, store]
 
     def pending_async(self, store: AsyncStore) -> None:
         """:meth:`pending` for a pipelined completion from the task that entered the run."""
-        if store not in self._pending_async:
-            self._pending_async.append(store)
+        pending = self._pending_async
+        if store not in pending:
+            self._pending_async = [*pending, store]
 
     def calls(self, name: str) -> int:
         """How many calls of the effect or step ``name`` this run has made so far.
@@ -170,9 +174,11 @@ class RunScope:
         bound = self._run
         bound.thread = bound.task = None
         try:
-            pending, bound._pending = bound._pending, []
-            for store in pending:
-                store.flush_pending()
+            pending = bound._pending
+            if pending:
+                bound._pending = ()
+                for store in pending:
+                    store.flush_pending()
         finally:
             if token is not None:
                 _current.reset(token)
@@ -191,8 +197,9 @@ class RunScope:
         """:meth:`__exit__`, once the replies this task's async effects left unread are read."""
         bound = self._run
         try:
-            if bound.task is not None:
-                pending, bound._pending_async = bound._pending_async, []
+            pending = bound._pending_async
+            if pending and bound.task is not None:
+                bound._pending_async = ()
                 for store in pending:
                     await store.flush_pending()
         finally:

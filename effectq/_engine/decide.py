@@ -48,6 +48,7 @@ __all__ = [
 ]
 
 log_replay = logging.getLogger("effectq.replay")
+_DEBUG = logging.DEBUG
 
 MAX_BLOCK = 2.0
 """Longest single wait for a notification before re-checking the store (a missed
@@ -183,7 +184,8 @@ def replayed(call: Call, claim: Claim) -> Any:
     effect = call.effect
     check_input(call, claim.input_hash)
     call.run.stats.replayed += 1
-    log_replay.debug("effectq replay %s", call.key)
+    if log_replay.isEnabledFor(_DEBUG):  # what debug() asks first, without its call
+        log_replay.debug("effectq replay %s", call.key)
     if claim.result_state is not _STORED:
         if claim.result_state is _WITHHELD:
             return None  # applied, its result kept out of the store on purpose

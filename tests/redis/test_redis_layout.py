@@ -78,7 +78,7 @@ def test_record_keys_stay_where_earlier_releases_wrote_them() -> None:
     assert store.record_key("order-42") == "effectq:{golden:48}:4831c5a9cf0b903cdd8b10afde5399df"
     default = "run-7:email.send:" + "ab" * 32
     layout = store._layout_of(default)
-    assert layout.script_keys == [
+    assert list(layout.script_keys) == [
         "effectq:{golden:8c}:446eb6751e9e6a1b7057aa6ea825908e",
         "effectq:{golden:8c}:open",
         "effectq:{golden:8c}:doubt",
@@ -117,3 +117,26 @@ def test_a_completed_record_keeps_the_key_in_its_form(
     parts = packed.split(b"\n", 10)
     assert parts[:4] == [b"c1", str(claim.token).encode(), b"1", b""] and parts[4].isdigit()
     assert parts[5:] == [b"e.act", run_id.encode(), form.encode(), b"ih", b"", b"R\nS"]
+
+
+def test_layouts_stay_byte_identical_whatever_was_computed_before() -> None:
+    """A run's bucket and a bucket's indexes are remembered once computed: the keys a store gives
+    are the same on a fresh store as on one that laid out other keys of the run and bucket first."""
+    run_id = "tâche:7"  # a colon and a character beyond ASCII in the run id
+    default = f"{run_id}:email.send:" + "cd" * 32
+    warm = effectq.RedisStore.embedded(namespace="golden")
+    for i in range(300):  # fills the remembered buckets, and the run's
+        warm._keys(f"{run_id}:e{i}:" + "ab" * 32)
+        warm._keys(f"own-{i}")
+    for store in (effectq.RedisStore.embedded(namespace="golden"), warm):
+        assert list(store._layout_of(default).script_keys) == [
+            "effectq:{golden:0c}:36ce852adc83d2f51f4e898af144043a",
+            "effectq:{golden:0c}:open",
+            "effectq:{golden:0c}:doubt",
+            "effectq:{golden:0c}:run:71f7cbb555b23cb7d04bd63cfdb7e8d1",
+        ]
+        assert list(store._keys("order-42")) == [
+            "effectq:{golden:48}:4831c5a9cf0b903cdd8b10afde5399df",
+            "effectq:{golden:48}:open",
+            "effectq:{golden:48}:doubt",
+        ]

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from ...keys import key_digest, sha256, split_default_key
+from ...keys import sha256, split_default_key
 
 __all__ = ["KeyLayout", "Layout"]
 
@@ -36,6 +36,7 @@ class KeyLayout:
         self._namespace_channel = f"{prefix}:{{{namespace}}}:notify"
         self._layouts: dict[str, Layout] = {}
         self._runs: dict[str, tuple[str, str, str, str]] = {}
+        self._buckets: dict[str, tuple[str, str, str]] = {}
 
     def channels(self) -> list[str]:
         """Every notification channel of the namespace: one, or on Cluster one per bucket."""
@@ -46,12 +47,21 @@ class KeyLayout:
     def _tag(self, digest: str) -> str:
         return f"{self._prefix}:{{{self._namespace}:{digest[:2]}}}"
 
+    def _bucket(self, digest: str) -> tuple[str, str, str]:
+        """(tag, open index, unknown index) of the bucket of ``digest`` (a hex digest); each of the
+        256 is written once, then looked up."""
+        found = self._buckets.get(digest[:2])
+        if found is None:
+            tag = self._tag(digest)
+            found = self._buckets[digest[:2]] = (tag, f"{tag}:open", f"{tag}:doubt")
+        return found
+
     def record_key(self, key: str) -> str:
         """The Redis key of an effect key's record."""
         return self._layout_of(key).keys[0]
 
-    def _keys(self, key: str) -> list[str]:
-        """[record, open index, unknown index] of a key."""
+    def _keys(self, key: str) -> tuple[str, ...]:
+        """(record, open index, unknown index) of a key."""
         return self._layout_of(key).keys[:3]
 
     def _layout_of(self, key: str) -> Layout:
@@ -66,17 +76,17 @@ class KeyLayout:
         if layout is None:
             if len(self._layouts) >= 4096:
                 self._layouts.clear()
-            raw = sha256(self._digest_prefix + key.encode()).digest()  # key_digest's bytes
-            digest = raw[:16].hex()
+            head = sha256(self._digest_prefix + key.encode()).digest()[:16]  # key_digest's bytes
+            digest = head.hex()
             parts = split_default_key(key)
             if parts is None:
-                tag = self._tag(digest)
-                keys = [f"{tag}:{digest}", f"{tag}:open", f"{tag}:doubt"]
-                layout = Layout(keys, None, raw[:16])
+                tag, open_key, unknown_key = self._buckets.get(digest[:2]) or self._bucket(digest)
+                keys = (f"{tag}:{digest}", open_key, unknown_key)
+                layout = Layout(keys, None, head, keys)
             else:
-                run_index, tag, open_key, unknown_key = self._run_bucket(parts[0])
-                keys = [f"{tag}:{digest}", open_key, unknown_key]
-                layout = Layout(keys, run_index, raw[:16])
+                bucket = self._runs.get(parts[0]) or self._run_bucket(parts[0])
+                keys = (f"{bucket[1]}:{digest}", bucket[2], bucket[3])
+                layout = Layout(keys, bucket[0], head, (*keys, bucket[0]))
             self._layouts[key] = layout
         return layout
 
@@ -86,9 +96,9 @@ class KeyLayout:
         if found is None:
             if len(self._runs) >= 1024:
                 self._runs.clear()
-            run_digest = key_digest(self._namespace, run_id)
-            tag = self._tag(run_digest)
-            found = self._runs[run_id] = (f"{tag}:run:{run_digest[2:34]}", tag, f"{tag}:open", f"{tag}:doubt")
+            run_digest = sha256(self._digest_prefix + run_id.encode()).hexdigest()  # key_digest's
+            tag, open_key, unknown_key = self._buckets.get(run_digest[:2]) or self._bucket(run_digest)
+            found = self._runs[run_id] = (f"{tag}:run:{run_digest[2:34]}", tag, open_key, unknown_key)
         return found
 
     def _channel(self, record_key: str) -> str:
@@ -105,13 +115,16 @@ class KeyLayout:
 
 
 class Layout:
-    """The Redis keys of one effect key."""
+    """The Redis keys of one effect key: tuples of strings, which the garbage collector stops
+    tracking (a worker remembers thousands of layouts; lists would all be traversed)."""
 
     __slots__ = ("digest", "keys", "run_index", "script_keys")
 
-    def __init__(self, keys: list[str], run_index: str | None, digest: bytes) -> None:
+    def __init__(
+        self, keys: tuple[str, ...], run_index: str | None, digest: bytes, script_keys: tuple[str, ...]
+    ) -> None:
         self.keys = keys
         self.run_index = run_index
         self.digest = digest
-        self.script_keys = keys if run_index is None else [*keys, run_index]
+        self.script_keys = script_keys
         """What claim and complete take: the record, its bucket's indexes, the run's index."""

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from ...errors import StoreError
@@ -33,7 +34,7 @@ _TRYAGAIN_PAUSE = 0.05
 def run_and_wait(
     client: Any,
     script: Any,
-    keys: list[str],
+    keys: Sequence[str],
     args: list[Any],
     *,
     replicas: int,

@@ -114,7 +114,7 @@ def decode_claim(key: str, reply: Any) -> Claim:
                 None,  # result
                 _STORED,  # result_state
                 "" if code == 1 or len(reply) < 6 else text(reply[5]),  # input_hash: a reconcile's
-                text(reply[4]),  # error
+                "" if reply[4] == b"" else text(reply[4]),  # error: none on nearly every grant
             )
         if code == Reply.IN_FLIGHT:
             return Claim(

@@ -73,7 +73,7 @@ class ScriptCalls:
         except Exception as exc:
             raise_failure(name, key, exc)
 
-    def _run_replicated(self, name: str, key: str, keys: list[str], args: list[Any]) -> tuple[Any, int]:
+    def _run_replicated(self, name: str, key: str, keys: Sequence[str], args: list[Any]) -> tuple[Any, int]:
         """A script whose write a failover must not lose: (reply, replicas that acknowledged).
 
         Without ``wait_replicas`` it is a plain call and reports 0 acknowledgements, all it asked for.

@@ -13,7 +13,7 @@ import contextlib
 import functools
 import logging
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ... import events
@@ -246,8 +246,8 @@ class RedisStore(KeyLayout, ScriptCalls, AsyncScripts, RecordReads, RedisOperati
             + ("i" if request.prefetch else "")
         )
         identity = f"{request.name}\n{request.run_id}\n{key}\n{request.input_hash}"  # h, ready to write
-        if "\n" in key or "\n" in request.name or "\n" in request.run_id or "\n" in request.input_hash:
-            # effects check their parts; a direct caller may not have
+        if identity.count("\n") != 3:  # a part with a line break (effects check their parts;
+            # a direct caller may not have)
             raise InvalidKeyError(
                 f"a name, run id or key with a line break cannot be claimed ({identity!r}); "
                 "nothing was written"
@@ -303,7 +303,7 @@ class RedisStore(KeyLayout, ScriptCalls, AsyncScripts, RecordReads, RedisOperati
 
     def _complete_args(
         self, key: str, token: int, result: bytes | None, result_state: ResultState, retention_ms: int
-    ) -> tuple[list[str], list[Any]]:
+    ) -> tuple[Sequence[str], list[Any]]:
         """complete.lua's keys and arguments, waited for or posted alike."""
         payload = result if result_state is _STORED and result is not None else b""
         layout = self._layout_of(key)

@@ -22,6 +22,8 @@ try:  # hiredis frames a command in C: about half the time of the Python below
 except ImportError:  # pragma: no cover - hiredis is optional; so is pack_command (hiredis >= 2.1)
     _pack_command = None
 
+_TEXT = frozenset({str, bytes})
+"""What hiredis is handed as it is (see the module's notes)."""
 _heads: dict[tuple[bytes, int, int], bytes] = {}
 """The head of an ``EVALSHA`` frame (command, sha, key count) per (sha, keys, args) shape."""
 
@@ -32,7 +34,12 @@ def frame(sha: str, keys: Sequence[Any], args: Sequence[Any]) -> bytes:
     if pack is None:
         return frame_python(sha, keys, args)
     parts: list[str | bytes] = ["EVALSHA", sha, str(len(keys))]
-    for value in (*keys, *args):
+    values: Sequence[Any] = args
+    if _TEXT.issuperset(map(type, keys)):  # a store's keys are text: taken as they are, no loop
+        parts += keys
+    else:
+        values = (*keys, *args)
+    for value in values:
         kind = type(value)
         if kind is int:
             value = str(value)
