@@ -11,13 +11,9 @@ a ``ConnectionResetError`` does, not "not applied", or the next delivery applies
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import socket
-import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import pytest
 import redis
@@ -25,58 +21,22 @@ import redis.asyncio
 
 import effectq
 from effectq.options import classifier
+from tests.support.lossy import LossyProxy
 from tests.support.servers import Server
 
 
-class ReplyDropper:
-    """A one-connection TCP relay to a real Redis: it relays both ways (the client's handshake
-    too) until the server answers a request naming ``marker``, then closes the client's
-    connection cleanly instead of passing that reply on."""
-
-    def __init__(self, redis_url: str, marker: bytes) -> None:
-        parts = urlsplit(redis_url)
-        self.upstream = (parts.hostname or "127.0.0.1", parts.port or 6379)
-        self.marker = marker
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self.listener.getsockname()[1]
-        self.sent = threading.Event()
-        self.answered = threading.Event()
-        self.thread = threading.Thread(target=self._relay, daemon=True)
-        self.thread.start()
-
-    def _relay(self) -> None:
-        client, _ = self.listener.accept()
-        self.listener.close()  # one connection: a retry would be refused
-        with client, socket.create_connection(self.upstream) as upstream:
-            threading.Thread(target=self._requests, args=(client, upstream), daemon=True).start()
-            while data := upstream.recv(65536):
-                if self.sent.is_set():  # the marked request's reply: the server applied it
-                    self.answered.set()
-                    break
-                client.sendall(data)
-            client.shutdown(socket.SHUT_RDWR)
-
-    def _requests(self, client: socket.socket, upstream: socket.socket) -> None:
-        with contextlib.suppress(OSError):
-            while data := client.recv(65536):
-                if self.marker in data:
-                    self.sent.set()
-                upstream.sendall(data)
-
-    def close(self) -> None:
-        self.listener.close()
-        self.thread.join(timeout=10)
-
-
 @pytest.fixture
-def dropper(redis_url: str, namespace: str) -> Iterator[ReplyDropper]:
-    relay = ReplyDropper(redis_url, namespace.encode())
+def dropper(redis_url: str, namespace: str) -> Iterator[LossyProxy]:
+    """A relay to the real Redis that closes the connection of the first request naming the test's
+    namespace, cleanly, as that request's reply comes (so the server applied it)."""
+    relay, _ = LossyProxy.for_url(redis_url)
+    relay.lose_reply_to(namespace.encode(), close=True)
     yield relay
     relay.close()
 
 
 def test_a_reply_lost_to_a_closed_connection_is_unknown(
-    redis_store: effectq.RedisStore, redis_url: str, dropper: ReplyDropper, namespace: str
+    redis_store: effectq.RedisStore, redis_url: str, dropper: LossyProxy, namespace: str
 ) -> None:
     applied: list[str] = []
     ledger = redis.Redis.from_url(redis_url)
@@ -93,7 +53,7 @@ def test_a_reply_lost_to_a_closed_connection_is_unknown(
     with effectq.run(run, store=redis_store), pytest.raises(redis.exceptions.ConnectionError) as raised:
         credit("ada")
     assert str(raised.value) == "Connection closed by server."
-    assert dropper.answered.is_set() and ledger.get(f"{namespace}:credit:ada") == b"1"
+    assert dropper.answered == 1 and ledger.get(f"{namespace}:credit:ada") == b"1"
     with effectq.run(run, store=redis_store), pytest.raises(effectq.OutcomeUnknown) as info:
         credit("ada")  # the redelivery: not credited again
     assert applied == ["ada"] and ledger.get(f"{namespace}:credit:ada") == b"1"
@@ -137,13 +97,13 @@ def test_a_call_after_its_redis_was_killed_is_unknown(
         server.stop()
 
 
-def test_the_asyncio_client_losing_its_reply_is_maybe_applied(dropper: ReplyDropper) -> None:
+def test_the_asyncio_client_losing_its_reply_is_maybe_applied(dropper: LossyProxy, namespace: str) -> None:
     """redis.asyncio raises the same error ``from None``: the error alone says the reply was lost."""
 
     async def lose() -> BaseException:
         client = redis.asyncio.Redis(port=dropper.port, retry=None)
         try:
-            await client.set(f"{dropper.marker.decode()}:seen", 1, ex=10)
+            await client.set(f"{namespace}:seen", 1, ex=10)
         except redis.exceptions.ConnectionError as exc:
             return exc
         finally:

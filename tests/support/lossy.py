@@ -3,8 +3,11 @@
 The request reaches Redis and runs; its reply, and everything after it on that
 connection, never comes back, so the client's read times out and it gives the
 connection up (its next request goes out on a new connection, which the relay
-passes through). Which request: the first that carries a marker, say the SHA of
-the script whose reply is to be lost.
+passes through). Or, with ``close``, the relay closes the client's connection
+cleanly the moment that reply comes (a Redis killed or failed over after the write,
+a proxy dropping the connection): the client reads the end of the stream. Which
+request: the first that carries a marker, say the SHA of the script whose reply is
+to be lost.
 """
 
 from __future__ import annotations
@@ -32,6 +35,9 @@ class LossyProxy(Proxy):
         self._marker: bytes | None = None
         self._left = 0
         self._muted: set[socket.socket] = set()  # upstream sockets whose replies are lost
+        self._close = False
+        self.answered = 0
+        """With ``close``: how many lost replies Redis sent before the relay closed (each ran)."""
         self.lost = 0
         """How many requests' replies were lost so far."""
         super().__init__(host, port)
@@ -42,10 +48,11 @@ class LossyProxy(Proxy):
         assert isinstance(proxy, LossyProxy)
         return proxy, through
 
-    def lose_reply_to(self, marker: bytes, times: int = 1) -> None:
-        """Lose the replies of the next ``times`` requests that carry ``marker``."""
+    def lose_reply_to(self, marker: bytes, times: int = 1, *, close: bool = False) -> None:
+        """Lose the replies of the next ``times`` requests that carry ``marker``; ``close``: by
+        closing the client's connection as each comes, instead of holding it back."""
         with self._lock:
-            self._marker, self._left = marker, times
+            self._marker, self._left, self._close = marker, times, close
 
     def _pump(self, source: socket.socket, target: socket.socket) -> None:
         try:
@@ -53,6 +60,9 @@ class LossyProxy(Proxy):
             while data := source.recv(65536):
                 with self._lock:
                     if replies and source in self._muted:
+                        if self._close:
+                            self.answered += 1
+                            break  # both ends closed below: the client reads the end of the stream
                         continue
                     if not replies and self._left and self._marker is not None and self._marker in data:
                         self._left -= 1
