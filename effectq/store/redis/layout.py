@@ -80,11 +80,11 @@ class KeyLayout:
             digest = head.hex()
             parts = split_default_key(key)
             if parts is None:
-                tag, open_key, unknown_key = self._buckets.get(digest[:2]) or self._bucket(digest)
+                tag, open_key, unknown_key = self._bucket(digest)
                 keys = (f"{tag}:{digest}", open_key, unknown_key)
                 layout = Layout(keys, None, head, keys)
             else:
-                bucket = self._runs.get(parts[0]) or self._run_bucket(parts[0])
+                bucket = self._run_bucket(parts[0])
                 keys = (f"{bucket[1]}:{digest}", bucket[2], bucket[3])
                 layout = Layout(keys, bucket[0], head, (*keys, bucket[0]))
             self._layouts[key] = layout
@@ -97,7 +97,7 @@ class KeyLayout:
             if len(self._runs) >= 1024:
                 self._runs.clear()
             run_digest = sha256(self._digest_prefix + run_id.encode()).hexdigest()  # key_digest's
-            tag, open_key, unknown_key = self._buckets.get(run_digest[:2]) or self._bucket(run_digest)
+            tag, open_key, unknown_key = self._bucket(run_digest)
             found = self._runs[run_id] = (f"{tag}:run:{run_digest[2:34]}", tag, open_key, unknown_key)
         return found
 
