@@ -7,13 +7,13 @@ import inspect
 import itertools
 import math
 import signal
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from types import FrameType
 from typing import Any
 
-from .errors import ConfigurationError
+from .errors import ConfigurationError, exception_chain
 
 __all__ = [
     "FROM_ANNOTATION",
@@ -289,21 +289,9 @@ def classifier(
     def maybe_applied(exc: BaseException) -> bool:
         if not isinstance(exc, Exception) or raised_by_signal_handler(exc):
             return True
-        return any(not isinstance(link, Exception) or matches(link) for link in _chain(exc))
+        return any(not isinstance(link, Exception) or matches(link) for link in exception_chain(exc))
 
     return maybe_applied
-
-
-def _chain(exc: BaseException) -> Iterator[BaseException]:
-    """``exc``, then the exceptions it was raised from or while handling, as its traceback shows
-    them: the ``__cause__``, else the ``__context__`` (none after ``raise ... from None``)."""
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        yield current
-        cause = current.__cause__
-        current = cause if cause is not None or current.__suppress_context__ else current.__context__
 
 
 @dataclass(frozen=True, slots=True)

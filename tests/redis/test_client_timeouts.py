@@ -110,3 +110,37 @@ def test_a_wrapped_reset_is_maybe_applied_and_a_refused_connection_is_not() -> N
     with pytest.raises(NotApplied) as told:
         said_so()
     assert not maybe_applied(told.value)  # `from None`: the function says what it means
+
+
+def test_the_unknown_names_the_link_that_may_have_applied(
+    redis_store: effectq.RedisStore, namespace: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A refused reconnect raised while handling a lost reply: the log and the record name both,
+    so the operator who settles the unknown sees why it may have applied, not only the refusal."""
+    applied: list[str] = []
+
+    @effectq.effect(name="mail.send")
+    def send(to: str) -> str:
+        applied.append(to)
+        try:
+            raise redis.exceptions.ConnectionError("Connection closed by server.")
+        except redis.exceptions.ConnectionError:
+            # as redis-py's reconnect raises it: over the lost reply, as its traceback shows
+            raise redis.exceptions.ConnectionError(  # noqa: B904
+                "Error 111 connecting to 127.0.0.1:1. Connection refused."
+            )
+
+    run = str(uuid.uuid4())
+    with (
+        caplog.at_level("ERROR", logger="effectq"),
+        effectq.run(run, store=redis_store),
+        pytest.raises(redis.exceptions.ConnectionError),
+    ):
+        send("ada@example.com")
+    with effectq.run(run, store=redis_store), pytest.raises(effectq.OutcomeUnknown) as info:
+        send("ada@example.com")
+    assert applied == ["ada@example.com"]
+    logged = " ".join(r.getMessage() for r in caplog.records if "may mean it applied" in r.getMessage())
+    for text in (logged, info.value.reason):
+        assert "Connection refused" in text
+        assert "while handling redis.exceptions.ConnectionError: Connection closed by server." in text
