@@ -13,7 +13,8 @@ from datetime import timedelta
 from types import FrameType
 from typing import Any
 
-from .errors import ConfigurationError, exception_chain
+from ._exceptions import exception_chain
+from .errors import ConfigurationError
 
 __all__ = [
     "FROM_ANNOTATION",

@@ -16,8 +16,8 @@ import inspect
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Generator, Iterator
 from typing import TYPE_CHECKING, Any
 
+from .._exceptions import describe_exception
 from ..context import EffectContext, bind_effect, unbind_effect
-from ..errors import describe_exception
 from .calls import Call
 from .ops import claim_async, pipeline_async, pipeline_sync, run_op_async, run_op_sync
 from .procedure import procedure

@@ -15,7 +15,8 @@ import importlib
 import json
 from typing import Any
 
-from ..errors import RecordedFailure, describe_exception
+from .._exceptions import describe_exception
+from ..errors import RecordedFailure
 
 __all__ = ["MAX_ARGS_BYTES", "MAX_MESSAGE", "fail_kwargs", "rebuilt", "record"]
 

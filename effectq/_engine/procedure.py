@@ -12,6 +12,7 @@ from collections.abc import Callable, Generator
 from typing import Any
 
 from .. import events
+from .._exceptions import describe_exception
 from .._runtime.leases import Lease, heartbeat
 from .._runtime.repairs import (
     Settle,
@@ -29,7 +30,6 @@ from ..errors import (
     OutcomeUnknown,
     ReconcileError,
     StoreError,
-    describe_exception,
 )
 from ..events import EventKind
 from ..store.base import Claim, ClaimKind, Status

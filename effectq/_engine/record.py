@@ -12,9 +12,10 @@ import time
 from collections.abc import Callable, Generator
 from typing import Any
 
+from .._exceptions import describe_exception
 from .._runtime.leases import heartbeat
 from .._runtime.repairs import _complete_later, _completion, _log_taken_over, _refusal, _write_later
-from ..errors import CompletionNotReplicatedError, EffectqError, StoreError, describe_exception
+from ..errors import CompletionNotReplicatedError, EffectqError, StoreError
 from ..events import EventKind
 from ..store.base import ResultState
 from . import failures

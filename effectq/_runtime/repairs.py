@@ -16,10 +16,10 @@ from .. import events
 from .._engine.calls import Call, _emit
 from .._engine.decide import Failure, after_failure, is_crash, reply_unread
 from .._engine.failures import fail_kwargs
+from .._exceptions import describe_exception
 from ..errors import (
     ClaimNotReplicatedError,
     StoreError,
-    describe_exception,
 )
 from ..events import EventKind
 from ..store.base import ClaimKind
