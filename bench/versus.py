@@ -236,7 +236,7 @@ def render(rows: list[dict[str, Any]], old: str, new: str, limit: float = LIMIT)
     if worse:
         named = "; ".join(f"{r['row']} ({r['ratio']:.3f})" for r in worse)
         out.append(
-            f"Verdict: {len(worse)} of {len(compared)} rows worse than {percent} by the median: {named}"
+            f"Verdict: {len(worse)} of {len(compared)} rows worse than {percent} by the median: {named}."
         )
     else:
         out.append(f"Verdict: none of {len(compared)} rows is worse than {percent} by the median.")
