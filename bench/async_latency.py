@@ -51,7 +51,10 @@ async def _measure(url: str, n: int, rounds: int = 10) -> dict[str, Any]:
     aclient = redis.asyncio.Redis.from_url(url)
     store = effectq.RedisStore(client, namespace=f"bench-{tag}")
     hopping = effectq.RedisStore(client, namespace=f"bench-{tag}")
-    hopping._on_loop = None  # every script through asyncio.to_thread
+    if hasattr(hopping, "_on_loop"):
+        hopping._on_loop = None  # every script through asyncio.to_thread
+    else:  # a revision before the async store (bench/versus.py): its coroutine twins, off
+        hopping._twins = None
 
     @effectq.effect(name="bench.async_noop")
     async def noop(i: int) -> int:

@@ -25,7 +25,10 @@ from typing import Any
 import redis
 import redis.connection
 
-from effectq.store.redis.wire.sync import Lane
+try:
+    from effectq.store.redis.wire.sync import Lane
+except ImportError:  # a revision before the wire's own package (bench/versus.py measures those too)
+    from effectq.store.lane import Lane  # type: ignore[no-redef]
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -214,6 +217,18 @@ def main_sized(
     args = parser.parse_args()
     with redis_server(args.redis_url) as url, pinned():
         print(report(measure(url, args.n)))
+
+
+def flusher(store: Any) -> Callable[[], None]:
+    """What reads the replies this thread's pipelined completions still have pending: the
+    store's ``flush_pending``, or the lane's function of revisions before it (bench/versus.py
+    measures those too)."""
+    flush = getattr(store, "flush_pending", None)
+    if flush is not None:
+        return flush  # type: ignore[no-any-return]
+    from effectq.store.lane import settle_owed_replies  # type: ignore[import-not-found]
+
+    return settle_owed_replies  # type: ignore[no-any-return]
 
 
 def cleanup(url: str, *patterns: str) -> None:

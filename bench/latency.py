@@ -30,9 +30,9 @@ import effectq
 from effectq import events
 
 try:
-    from common import Series, interleave, main_sized, paths_table
+    from common import Series, flusher, interleave, main_sized, paths_table
 except ImportError:  # imported as bench.latency
-    from .common import Series, interleave, main_sized, paths_table
+    from .common import Series, flusher, interleave, main_sized, paths_table
 
 
 WITH_LISTENER = "effectq, an event listener on"
@@ -143,12 +143,16 @@ def measure(url: str, n: int) -> dict[str, Any]:
     def listened_alone(i: int) -> None:
         listened(i)
         began = time.perf_counter()
-        listened_store.flush_pending()  # the completed event comes with the reply; its duration: the write's
+        listened_flush()  # the completed event comes with the reply; its duration: the write's
         reply_waits.append(time.perf_counter() - began)
 
     run_id = f"bench-{tag}"
     listened_store = effectq.RedisStore(client, namespace=f"bench-{tag}")  # a layout memo of its own
-    commands_store = effectq.RedisStore(client, namespace=f"bench-{tag}", via_execute_command=True)
+    listened_flush, flush = flusher(listened_store), flusher(store)
+    try:
+        commands_store = effectq.RedisStore(client, namespace=f"bench-{tag}", via_execute_command=True)
+    except TypeError:  # a revision without the option (bench/versus.py): the row is left out
+        commands_store = None
 
     @contextlib.contextmanager
     def bound(to: effectq.RedisStore) -> Iterator[None]:
@@ -177,8 +181,9 @@ def measure(url: str, n: int) -> dict[str, Any]:
     threads_before = threading.active_count()
     warnings.simplefilter("ignore")  # Powertools warns on every call outside Lambda
     try:
-        with bound(commands_store):
-            via_commands(-1)  # redis-py's Script: its own sha, loaded
+        if commands_store is not None:
+            with bound(commands_store):
+                via_commands(-1)  # redis-py's Script: its own sha, loaded
         with bound(store):
             noop(-1)  # load the scripts
             first: dict[str, Any] = {
@@ -190,7 +195,7 @@ def measure(url: str, n: int) -> dict[str, Any]:
                     bare("SET", f"bare:{tag}:{i}", "1", "NX"),
                     bare("SET", f"bare:{tag}:{i}", "result"),
                 ),
-                "effectq": lambda i: (noop(i), store.flush_pending()),
+                "effectq": lambda i: (noop(i), flush()),
                 IN_A_RUN: in_run,
                 WITH_LISTENER: listened_alone,
                 IN_A_RUN_LISTENED: listened_in_run,
@@ -204,6 +209,8 @@ def measure(url: str, n: int) -> dict[str, Any]:
                 WITH_LISTENER: listened,
                 VIA_COMMANDS: via_commands,
             }
+            if commands_store is None:
+                del first[VIA_COMMANDS], replay[VIA_COMMANDS]
             if powertools is not None:
                 first["Powertools"] = lambda i: powertools(payload={"n": i})
                 replay["Powertools"] = lambda i: powertools(payload={"n": i})
@@ -231,7 +238,8 @@ def measure(url: str, n: int) -> dict[str, Any]:
     threads_after = threading.active_count()
     bare.close()
     listened_store.close()
-    commands_store.close()
+    if commands_store is not None:
+        commands_store.close()
     store.close()
     client.close()
     # A completion as a transition: its write, then the wait for its reply (read right after).

@@ -204,7 +204,8 @@ def checkout(rev: str) -> Iterator[Path]:
     repo = Path(__file__).resolve().parent.parent
     with tempfile.TemporaryDirectory(prefix="effectq-against-") as scratch:
         tree = Path(scratch) / "tree"
-        subprocess.run(["git", "-C", str(repo), "worktree", "add", "--detach", str(tree), rev], check=True)
+        add = ["git", "-C", str(repo), "worktree", "add", "--detach", str(tree), rev]
+        subprocess.run(add, check=True, stdout=subprocess.DEVNULL)  # stdout: the report's alone
         try:
             yield tree
         finally:
