@@ -109,7 +109,7 @@ def check_run_id(run_id: object) -> str:
     """Validate a run id: a non-empty string without control characters."""
     if not isinstance(run_id, str) or not run_id:
         raise ConfigurationError(f"run id must be a non-empty string, not {run_id!r}")
-    if len(run_id) > MAX_KEY_LENGTH or not (run_id.isprintable() or _CONTROL.search(run_id) is None):
+    if len(run_id) > MAX_KEY_LENGTH or (not run_id.isprintable() and _CONTROL.search(run_id)):
         raise ConfigurationError(
             f"run id {run_id[:80]!r} is not valid: at most {MAX_KEY_LENGTH} characters, no control characters"
         )
@@ -124,7 +124,7 @@ def check_key(key: object, *, name: str) -> str:
         )
     if not key.strip():
         raise InvalidKeyError(f"the key function of effect {name} returned an empty key; nothing was run")
-    if len(key) > MAX_KEY_LENGTH or not (key.isprintable() or _CONTROL.search(key) is None):
+    if len(key) > MAX_KEY_LENGTH or (not key.isprintable() and _CONTROL.search(key)):
         raise InvalidKeyError(
             f"the key function of effect {name} returned a key over {MAX_KEY_LENGTH} characters "
             f"or with control characters; nothing was run"
