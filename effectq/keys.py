@@ -59,6 +59,8 @@ MAX_KEY_LENGTH = 1024
 _NAME = re.compile(r"[A-Za-z0-9_.<>/\-\[\]@+]{1,200}")
 _NAMESPACE = re.compile(r"[A-Za-z0-9_.\-/@+]{1,64}")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+"""Control characters a run id or key may not hold; ``str.isprintable()`` is True only for a text
+with none of them (they are not printable), so a printable text, nearly every one, skips the search."""
 _IDEMPOTENCY_NS = uuid.UUID("6f0f3d4c-9f6e-5b8e-9a51-0c5e1f3b7d2a")
 
 
@@ -107,7 +109,7 @@ def check_run_id(run_id: object) -> str:
     """Validate a run id: a non-empty string without control characters."""
     if not isinstance(run_id, str) or not run_id:
         raise ConfigurationError(f"run id must be a non-empty string, not {run_id!r}")
-    if len(run_id) > MAX_KEY_LENGTH or _CONTROL.search(run_id):
+    if len(run_id) > MAX_KEY_LENGTH or (not run_id.isprintable() and _CONTROL.search(run_id)):
         raise ConfigurationError(
             f"run id {run_id[:80]!r} is not valid: at most {MAX_KEY_LENGTH} characters, no control characters"
         )
@@ -122,7 +124,7 @@ def check_key(key: object, *, name: str) -> str:
         )
     if not key.strip():
         raise InvalidKeyError(f"the key function of effect {name} returned an empty key; nothing was run")
-    if len(key) > MAX_KEY_LENGTH or _CONTROL.search(key):
+    if len(key) > MAX_KEY_LENGTH or (not key.isprintable() and _CONTROL.search(key)):
         raise InvalidKeyError(
             f"the key function of effect {name} returned a key over {MAX_KEY_LENGTH} characters "
             f"or with control characters; nothing was run"
@@ -223,8 +225,6 @@ _DEFAULT_KEY = re.compile(r"(.+):([A-Za-z0-9_.<>/\-\[\]@+]{1,200}):([0-9a-f]{64}
 
 
 _NAME_PART = re.compile(r"[A-Za-z0-9_.<>/\-\[\]@+]{1,200}")
-_HASH = re.compile(r"[0-9a-f]{64}")
-"""A default key's input hash (a compiled match costs half of ``str.strip`` of the 16 digits)."""
 
 
 class _Digest(Protocol):
@@ -261,7 +261,13 @@ def split_default_key(key: str) -> tuple[str, str, str] | None:
     hash none, so both are the last segments), without its backtracking.
     """
     head, _, input_hash = key.rpartition(":")
-    if len(input_hash) != 64 or _HASH.fullmatch(input_hash) is None:  # 64 lowercase hex digits
+    if len(input_hash) != 64:
+        return None
+    try:  # 64 lowercase hex digits: what bytes.fromhex reads and .hex() writes back unchanged
+        # (in half a regex match's instructions; spaces or capitals come back changed)
+        if bytes.fromhex(input_hash).hex() != input_hash:
+            return None
+    except ValueError:  # not hex
         return None
     run_id, colon, name = head.rpartition(":")
     if not colon or not run_id:

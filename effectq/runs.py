@@ -35,6 +35,9 @@ __all__ = [
 _current: ContextVar[Run | None] = ContextVar("effectq.run", default=None)
 _default_store: Store | None = None
 _default_lock = threading.Lock()
+_ordinals = threading.Lock()
+"""Guards every run's call counts (:meth:`Run.next_ordinal`): one lock for all runs, held for two
+dict operations, rather than one made per run that most runs take once or twice."""
 
 
 @dataclass(slots=True)
@@ -65,7 +68,6 @@ class Run:
 
     __slots__ = (
         "_calls",
-        "_lock",
         "_pending",
         "_pending_async",
         "_seq",
@@ -81,14 +83,13 @@ class Run:
 
     def __init__(self, run_id: str, store: Store, metadata: Mapping[str, Any] | None = None) -> None:
         self.id = check_run_id(run_id)
-        if Store not in type(store).__mro__:
+        if type(store) not in _subclasses:
             _check_capabilities(store)
         self.store = store
-        self.metadata: Mapping[str, Any] = dict(metadata or {})
+        self.metadata: Mapping[str, Any] = dict(metadata) if metadata else {}
         self.stats = RunStats()
         self._calls: dict[str, int] = {}
         self._seq = 0
-        self._lock = threading.Lock()
         # Stores with replies left to read at the run's end: none until a completion is
         # pipelined (a replayed run never has one), so no list is made before.
         self._pending: list[Store] | tuple[()] = ()
@@ -108,7 +109,7 @@ class Run:
 
     def next_ordinal(self, name: str) -> tuple[int, int]:
         """(how many calls of ``name`` came before in this run, how many calls of any effect)."""
-        with self._lock:
+        with _ordinals:
             ordinal = self._calls.get(name, 0)
             self._calls[name] = ordinal + 1
             seq = self._seq
@@ -209,9 +210,16 @@ class RunScope:
 _CAPABILITIES = ("prefetch", "complete_pipelined", "flush_pending", "async_store")
 
 
+_subclasses: set[type] = set()
+"""Store classes seen to subclass :class:`~effectq.store.base.Store` (so their runs skip the check)."""
+
+
 def _check_capabilities(store: object) -> None:
     """A store that does not subclass :class:`~effectq.store.base.Store` (a wrapper that
     forwards, say) must still have every optional capability the engine may call."""
+    if Store in type(store).__mro__:  # every capability has its default
+        _subclasses.add(type(store))
+        return
     missing = [name for name in _CAPABILITIES if not hasattr(store, name)]
     if missing:
         raise ConfigurationError(

@@ -214,6 +214,29 @@ def test_split_default_key_agrees_with_the_pattern(run_id: str, name: str, tail:
     assert keys.split_default_key(tail) == (None if alone is None else alone.groups())
 
 
+@pytest.mark.parametrize(
+    "tail",
+    [
+        "0123456789abcdef" * 4,
+        "0123456789ABCDEF" * 4,  # capitals: hex, but no hexdigest's
+        "ab" * 31 + "aB",
+        "ab" * 30 + " ab ",  # spaces between or around the digits
+        "ab" * 31 + "\tb",
+        "ab" * 31 + "a\u0663",  # a digit, not an ASCII one
+        "ab" * 31 + "ag",
+        "ab" * 31 + "0x",
+        "ab" * 31 + "a_",
+        "ab" * 31 + "a",  # 63
+        "ab" * 32 + "a",  # 65
+    ],
+)
+def test_a_default_keys_hash_is_64_lowercase_hex_digits(tail: str) -> None:
+    """Tails a random one rarely draws: only 64 lowercase ASCII hex digits make a default key."""
+    key = f"run:name:{tail}"
+    match = keys._DEFAULT_KEY.fullmatch(key)
+    assert keys.split_default_key(key) == (None if match is None else match.groups())
+
+
 @settings(max_examples=200, deadline=None)
 @given(data=st.binary(max_size=300))
 def test_the_sha256_keys_use_is_hashlibs(data: bytes) -> None:
@@ -236,3 +259,37 @@ def test_the_encoder_made_once_writes_what_json_writes(tree: Any) -> None:
     from effectq import canonical_text
 
     assert canonical_text.tree_text(tree) == canonical_text.ENCODER.encode(tree)
+
+
+_ID_CHARS = st.sampled_from(
+    [*"a:-_ 0é", *"\x00\n\t\x1f\x7f", *"\x80\x85\x9f\xa0\u2028\u200b\ufeff\ud800\U0001f600\U000e0001"]
+)
+"""Printable, ASCII controls, and unprintable characters that are no ASCII control."""
+
+
+@settings(max_examples=500, deadline=None)
+@given(text=st.lists(_ID_CHARS, max_size=6).map("".join) | st.text(max_size=12))
+def test_run_ids_and_keys_refuse_exactly_ascii_control_characters(text: str) -> None:
+    """A run id or a key function's key is refused for C0 controls and DEL, and only for them among
+    its characters (other unprintable ones, line separators, zero-width or lone surrogates pass)."""
+    control = any(ord(c) < 0x20 or ord(c) == 0x7F for c in text)
+    for check, error in (
+        (keys.check_run_id, effectq.ConfigurationError),
+        (lambda t: check_key(t, name="e"), effectq.InvalidKeyError),
+    ):
+        refused = not text or control or (check is not keys.check_run_id and not text.strip())
+        if refused:
+            with pytest.raises(error):
+                check(text)
+        else:
+            assert check(text) == text
+
+
+def test_run_ids_and_keys_are_at_most_max_key_length() -> None:
+    """1,024 characters pass, one more is refused, printable or not."""
+    for fill in ("x", "\x85"):
+        assert keys.check_run_id(fill * keys.MAX_KEY_LENGTH) == fill * keys.MAX_KEY_LENGTH
+        with pytest.raises(effectq.ConfigurationError):
+            keys.check_run_id(fill * (keys.MAX_KEY_LENGTH + 1))
+        with pytest.raises(effectq.InvalidKeyError):
+            check_key("k" + fill * keys.MAX_KEY_LENGTH, name="e")

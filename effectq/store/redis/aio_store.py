@@ -162,8 +162,7 @@ class OnTheLoop:
             store._complete_pipelined_async if own_complete else _not_pipelined
         )
 
-    async def flush_pending(self) -> None:
-        await aio.flush_pending()
+    flush_pending = staticmethod(aio.flush_pending)  # the wire's own: no coroutine around it
 
     async def prefetch(self, run_id: str, hint: Any = None) -> Prefetched | None:
         """The store's ``prefetch``: read here when the claim's reply brought every record (no

@@ -58,11 +58,11 @@ class KeyLayout:
 
     def record_key(self, key: str) -> str:
         """The Redis key of an effect key's record."""
-        return self._layout_of(key).keys[0]
+        return self._layout_of(key).script_keys[0]
 
     def _keys(self, key: str) -> tuple[str, ...]:
         """(record, open index, unknown index) of a key."""
-        return self._layout_of(key).keys[:3]
+        return self._layout_of(key).script_keys[:3]
 
     def _layout_of(self, key: str) -> Layout:
         """Where a key's record lives; remembered, since one call asks more than once.
@@ -81,12 +81,10 @@ class KeyLayout:
             parts = split_default_key(key)
             if parts is None:
                 tag, open_key, unknown_key = self._bucket(digest)
-                keys = (f"{tag}:{digest}", open_key, unknown_key)
-                layout = Layout(keys, None, head, keys)
+                layout = Layout((f"{tag}:{digest}", open_key, unknown_key), head)
             else:
-                bucket = self._run_bucket(parts[0])
-                keys = (f"{bucket[1]}:{digest}", bucket[2], bucket[3])
-                layout = Layout(keys, bucket[0], head, (*keys, bucket[0]))
+                index, tag, open_key, unknown_key = self._run_bucket(parts[0])
+                layout = Layout((f"{tag}:{digest}", open_key, unknown_key, index), head)
             self._layouts[key] = layout
         return layout
 
@@ -115,16 +113,13 @@ class KeyLayout:
 
 
 class Layout:
-    """The Redis keys of one effect key: tuples of strings, which the garbage collector stops
+    """The Redis keys of one effect key: a tuple of strings, which the garbage collector stops
     tracking (a worker remembers thousands of layouts; lists would all be traversed)."""
 
-    __slots__ = ("digest", "keys", "run_index", "script_keys")
+    __slots__ = ("digest", "script_keys")
 
-    def __init__(
-        self, keys: tuple[str, ...], run_index: str | None, digest: bytes, script_keys: tuple[str, ...]
-    ) -> None:
-        self.keys = keys
-        self.run_index = run_index
-        self.digest = digest
+    def __init__(self, script_keys: tuple[str, ...], digest: bytes) -> None:
         self.script_keys = script_keys
-        """What claim and complete take: the record, its bucket's indexes, the run's index."""
+        """What claim and complete take: the record, its bucket's open and unknown indexes, and for
+        a default-shaped key its run's index (the other scripts take the first two or three)."""
+        self.digest = digest

@@ -219,9 +219,9 @@ class RedisStore(KeyLayout, ScriptCalls, AsyncScripts, RecordReads, RedisOperati
             )
         return claim
 
-    def flush_pending(self) -> None:
-        """Read the replies this thread's pipelined completions still have pending (a run's end)."""
-        sync.flush_pending()
+    flush_pending = staticmethod(sync.flush_pending)
+    """Read the replies this thread's pipelined completions still have pending (a run's end): the
+    wire's own function, no call around it."""
 
     def _settled(self, key: str, settle: Callable[[bool | StoreError], None]) -> Callable[[Any], None]:
         """A posted completion's reply (or the exception that stopped it being read) as
