@@ -10,6 +10,7 @@ yourself do not inherit it: run them in ``contextvars.copy_context()``.
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 from collections.abc import Mapping
 from contextvars import ContextVar, Token
@@ -37,7 +38,16 @@ _default_store: Store | None = None
 _default_lock = threading.Lock()
 _ordinals = threading.Lock()
 """Guards every run's call counts (:meth:`Run.next_ordinal`): one lock for all runs, held for two
-dict operations, rather than one made per run that most runs take once or twice."""
+dict operations, rather than one made per run that most runs take once or twice. A forked child
+gets a new one: the thread that held it at the fork is not in the child."""
+
+
+def _new_ordinals_lock() -> None:
+    global _ordinals
+    _ordinals = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_new_ordinals_lock)
 
 
 @dataclass(slots=True)

@@ -377,3 +377,24 @@ def test_a_child_forked_while_another_thread_subscribes_can_wait_on_records(
 
     with _held(redis_store._notifier._lock):
         assert _forked(child) == 0
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_child_forked_while_another_thread_counts_its_calls_runs_effects(
+    redis_url: str, namespace: str
+) -> None:
+    """Every run's call counts share one lock: a child forked while another thread of the parent
+    held it (numbering a call) runs effects, not waits forever for a thread it does not have."""
+    from effectq import runs
+
+    @effectq.effect(name="edge.fork.ordinals")
+    def act(n: int) -> int:
+        return n
+
+    def child() -> bool:
+        store = effectq.RedisStore.from_url(redis_url, namespace=namespace)
+        with effectq.run(f"fork-{uuid.uuid4().hex[:8]}", store=store):
+            return act(4) == 4
+
+    with _held(runs._ordinals):
+        assert _forked(child) == 0
