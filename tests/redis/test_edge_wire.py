@@ -342,13 +342,26 @@ def _held(lock: Any) -> Iterator[None]:
         thread.join(10)
 
 
+def _lanes_lock() -> Any:
+    from effectq.store.redis.wire import sync as lane
+
+    return lane._lanes_lock  # held while a store's lane registers itself
+
+
+def _ordinals_lock() -> Any:
+    from effectq import runs
+
+    return runs._ordinals  # held while a run numbers a call (every run's counts share it)
+
+
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
-def test_a_child_forked_while_another_thread_makes_a_store_can_make_one(
-    redis_url: str, namespace: str
+@pytest.mark.parametrize("lock", [_lanes_lock, _ordinals_lock], ids=["making a store", "numbering a call"])
+def test_a_child_forked_while_another_thread_holds_a_lock_runs_effects(
+    redis_url: str, namespace: str, lock: Callable[[], Any]
 ) -> None:
     """A prefork worker forks its children whenever it likes: one forked while another thread of
-    the parent was making a store (its lane registering itself) makes stores and runs effects."""
-    from effectq.store.redis.wire import sync as lane
+    the parent was making a store, or numbering a call in its run, makes stores and runs effects
+    (it does not wait forever for a lock held by a thread it does not have)."""
 
     @effectq.effect(name="edge.fork.lane")
     def act(n: int) -> int:
@@ -359,7 +372,7 @@ def test_a_child_forked_while_another_thread_makes_a_store_can_make_one(
         with effectq.run(f"fork-{uuid.uuid4().hex[:8]}", store=store):
             return act(3) == 3
 
-    with _held(lane._lanes_lock):
+    with _held(lock()):
         assert _forked(child) == 0
 
 
@@ -376,25 +389,4 @@ def test_a_child_forked_while_another_thread_subscribes_can_wait_on_records(
         return True
 
     with _held(redis_store._notifier._lock):
-        assert _forked(child) == 0
-
-
-@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
-def test_a_child_forked_while_another_thread_counts_its_calls_runs_effects(
-    redis_url: str, namespace: str
-) -> None:
-    """Every run's call counts share one lock: a child forked while another thread of the parent
-    held it (numbering a call) runs effects, not waits forever for a thread it does not have."""
-    from effectq import runs
-
-    @effectq.effect(name="edge.fork.ordinals")
-    def act(n: int) -> int:
-        return n
-
-    def child() -> bool:
-        store = effectq.RedisStore.from_url(redis_url, namespace=namespace)
-        with effectq.run(f"fork-{uuid.uuid4().hex[:8]}", store=store):
-            return act(4) == 4
-
-    with _held(runs._ordinals):
         assert _forked(child) == 0
