@@ -67,12 +67,23 @@ _IDLE, _BROKEN, _NEW = object(), object(), object()
 """Where :meth:`Lane._take` found a connection: the idle stack, the broken one, the pool."""
 
 
+class _Held(threading.local):
+    """Per thread, on one lane: ``conn``, a connection owing replies to posts; ``pending``, their
+    settles; and ``sock``, the socket they were written on, the only one they can come on. Each
+    thread starts with none (``__init__`` runs once per thread): no lookup of them misses."""
+
+    def __init__(self) -> None:
+        self.conn: Any = None
+        self.pending: Pending = []
+        self.sock: Any = None
+
+
 def _forget_all() -> None:  # a forked child must not write on, or read from, its parent's sockets
     global _lanes_lock, _pending
     _lanes_lock = threading.Lock()  # another thread of the parent may have held it: it is gone
     for lane in list(_lanes):
         lane._idle = lane._broken = ()
-        lane._local = threading.local()
+        lane._local = _Held()
     _pending = threading.local()
 
 
@@ -112,9 +123,7 @@ class Lane:
         self._read = reply_reader(pool.connection_class)
         """One reply; an error reply is returned, not raised (the connection is as good as before)."""
         self.scripts = ScriptCache()
-        self._local = threading.local()
-        """Per thread: ``conn``, a connection owing replies to posts; ``pending``, their settles; and
-        ``sock``, the socket they were written on, the only one they can come on."""
+        self._local = _Held()
         with _lanes_lock:
             _lanes.add(self)
 
@@ -182,7 +191,7 @@ class Lane:
         elif self not in lanes:
             lanes.append(self)
         local = self._local
-        held = getattr(local, "conn", None)
+        held = local.conn
         if held is not None and (len(local.pending) >= MAX_PENDING or socket_of(held) is not local.sock):
             self.flush()  # a connection closed meanwhile settles its pending posts as failed
             held = None
@@ -221,7 +230,7 @@ class Lane:
         """Read the replies this thread owes on the lane and settle them; the connection is free
         again. A failure settles them with the error; a time limit is raised once they are."""
         local = self._local
-        conn = getattr(local, "conn", None)
+        conn = local.conn
         if conn is None:
             return
         pending, sock = local.pending, local.sock
@@ -281,16 +290,16 @@ class Lane:
         signal's exception included, it is closed and kept (opened again when next
         taken), never lost to the pool nor handed out with a reply half read.
         """
-        send = self._send_pair if pair else self._send
-        local = self._local
-        if getattr(local, "conn", None) is not None:
+        if self._local.conn is not None:
             if retry:
                 return self._exchange_behind(frame, source, pair)
             self.flush()  # one that may not run twice is not written behind posts (see there)
+        send = self._send_pair if pair else self._send
         conn = None
         try:
             conn, kind = self._take()
-            self._ready(conn, kind)
+            if kind is not _IDLE or socket_of(conn) is None:
+                self._ready(conn, kind)
             try:
                 answer = send(conn, frame)
             except self._timeout:
@@ -300,7 +309,8 @@ class Lane:
                     raise
                 conn.disconnect()  # dead while idle (a Redis restart closed it): opened again, once
                 answer = send(conn, frame)
-            answer = self._loaded(conn, answer, frame, source, pair=pair)
+            if isinstance(answer[0] if pair else answer, self._noscript):
+                answer = self._loaded(conn, answer, frame, source, pair=pair)
         except BaseException:
             if conn is not None:
                 try:
@@ -425,7 +435,7 @@ class Lane:
         """``frame`` written on ``conn``, connected first if it is not (only one that owes
         nothing: see :meth:`_write_behind`). redis-py raises its ``ConnectionError`` or
         ``TimeoutError``, the connection closed."""
-        conn.send_packed_command((frame,), check_health=False)
+        conn.send_packed_command((frame,), False)  # no health check (positional: a cheaper call)
 
     def _send(self, conn: Any, frame: bytes) -> Any:
         self._write(conn, frame)
