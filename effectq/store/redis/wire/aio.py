@@ -97,7 +97,7 @@ class AsyncLane:
         return await self._exchange(frame, source, retry)
 
     async def _exchange(self, frame: bytes, source: str | bytes, retry: bool) -> Any:
-        conn, reused = await self._opened()
+        conn, reused, idle = await self._opened()
         try:
             reply = await self._send(conn, frame)
         except self._timeout:
@@ -122,7 +122,7 @@ class AsyncLane:
             except BaseException:
                 await self._drop(conn)
                 raise
-        if not self._kept(conn):
+        if not self._kept(conn, idle):
             await self._drop(conn)
         if isinstance(reply, self._response_error):
             raise reply
@@ -218,7 +218,7 @@ class AsyncLane:
             _abandon(conn, [], exc)
             deliver_each(pending, [exc if isinstance(r, self._noscript) else r for r in replies])
             raise
-        if not self._kept(conn):
+        if not self._kept(conn, self._idle_here()):
             await self._drop(conn)
         deliver_each(pending, replies)
         if isinstance(reply, self._response_error):
@@ -238,7 +238,7 @@ class AsyncLane:
             if ordinary(exc):
                 return
             raise  # a time limit too, once every reply pending is settled
-        if not self._kept(conn):
+        if not self._kept(conn, self._idle_here()):
             await self._drop(conn)
         deliver_each(pending, replies)
 
@@ -321,9 +321,10 @@ class AsyncLane:
             where = getattr(conn, "path", None) or f"{conn.host}:{conn.port}"
             raise self._connection_error(f"Error writing to {where}: {exc}") from exc
 
-    async def _opened(self) -> tuple[Any, bool]:
-        """A connection, connected, and whether it was idle on the loop's stack (else it is new): a
-        failure here means nothing was sent (see :func:`..errors.sent`)."""
+    async def _opened(self) -> tuple[Any, bool, list[Any]]:
+        """A connection, connected; whether it was idle on the loop's stack (else it is new); and
+        that stack, to hand it back to. A failure here means nothing was sent (see
+        :func:`..errors.sent`)."""
         idle = self._idle_here()
         if idle is None:
             idle = await self._stack()
@@ -338,12 +339,11 @@ class AsyncLane:
                 await self._drop(conn)
                 _unsent(exc)
                 raise
-        return conn, reused
+        return conn, reused, idle
 
-    def _kept(self, conn: Any) -> bool:
-        """``conn``, clean, back on the running loop's stack; False when the stack is full (the
-        caller drops it)."""
-        idle = self._idle_here()
+    def _kept(self, conn: Any, idle: list[Any] | None) -> bool:
+        """``conn``, clean, back on ``idle``, the running loop's stack; False when the stack is full
+        (the caller drops it)."""
         if idle is None or len(idle) >= self._keep:
             return False
         idle.append(conn)
@@ -352,7 +352,9 @@ class AsyncLane:
     def _idle_here(self) -> list[Any] | None:
         """This lane's idle connections on the running loop; None until the loop holds stacks."""
         stacks = idle_stacks(asyncio.get_running_loop())
-        return None if stacks is None else stacks.setdefault(self, [])  # only its thread looks
+        if stacks is None:
+            return None
+        return stacks.get(self) or stacks.setdefault(self, [])  # only its thread looks
 
     async def _stack(self) -> list[Any]:
         """:meth:`_idle_here`, the loop given its stacks first if it holds none yet."""
@@ -360,7 +362,7 @@ class AsyncLane:
         stacks = idle_stacks(loop)
         if stacks is None:
             stacks = await hold_on(loop)
-        return stacks.setdefault(self, [])
+        return stacks.get(self) or stacks.setdefault(self, [])
 
     async def _drop(self, conn: Any) -> None:
         with contextlib.suppress(Exception):
