@@ -44,6 +44,7 @@ from .posted import (
     MAX_PENDING,
     OnReply,
     Pending,
+    PendingOnThread,
     ScriptCache,
     deliver_all,
     deliver_each,
@@ -67,23 +68,12 @@ _IDLE, _BROKEN, _NEW = object(), object(), object()
 """Where :meth:`Lane._take` found a connection: the idle stack, the broken one, the pool."""
 
 
-class _Held(threading.local):
-    """Per thread, on one lane: ``conn``, a connection owing replies to posts; ``pending``, their
-    settles; and ``sock``, the socket they were written on, the only one they can come on. Each
-    thread starts with none (``__init__`` runs once per thread): no lookup of them misses."""
-
-    def __init__(self) -> None:
-        self.conn: Any = None
-        self.pending: Pending = []
-        self.sock: Any = None
-
-
 def _forget_all() -> None:  # a forked child must not write on, or read from, its parent's sockets
     global _lanes_lock, _pending
     _lanes_lock = threading.Lock()  # another thread of the parent may have held it: it is gone
     for lane in list(_lanes):
         lane._idle = lane._broken = ()
-        lane._local = _Held()
+        lane._local = PendingOnThread()
     _pending = threading.local()
 
 
@@ -123,7 +113,7 @@ class Lane:
         self._read = reply_reader(pool.connection_class)
         """One reply; an error reply is returned, not raised (the connection is as good as before)."""
         self.scripts = ScriptCache()
-        self._local = _Held()
+        self._local = PendingOnThread()
         with _lanes_lock:
             _lanes.add(self)
 
@@ -200,7 +190,9 @@ class Lane:
         try:
             if held is None:
                 conn, kind = self._take()
-                sock = self._ready(conn, kind)
+                sock = socket_of(conn) if kind is _IDLE else None
+                if sock is None:
+                    sock = self._ready(conn, kind)
                 load = self.scripts.ahead(conn, sock, sha, source)
                 self._write(conn, load + frame)
             else:  # taken from the thread's hands before anything can fail
@@ -237,7 +229,9 @@ class Lane:
         local.conn, local.pending, local.sock = None, [], None
         try:
             replies = self._read_pending(conn, sock, pending)
-            self._rerun_unloaded(conn, pending, replies)
+            first = first_unloaded(replies, self._noscript)
+            if first is not None:
+                self._rerun_unloaded(conn, pending, replies, first)
         except BaseException as exc:
             try:
                 conn.disconnect()
@@ -257,20 +251,15 @@ class Lane:
             raise lost(conn, self._connection_error)
         return [self._read(conn) for _ in pending]
 
-    def _rerun_unloaded(self, conn: Any, pending: Pending, replies: list[Any]) -> bool:
-        """Posts that met NOSCRIPT (a flushed script cache, a Redis restart): the script loaded, and
-        from the first such post on, every post run again in the order they were sent, since those
-        behind it ran before it did. Returns whether any was: the script written behind them ran
-        before them too. (A post is a script that may run twice: a completion with its token.)"""
-        first = first_unloaded(replies, self._noscript)
-        if first is None:
-            return False
+    def _rerun_unloaded(self, conn: Any, pending: Pending, replies: list[Any], first: int) -> None:
+        """From ``first``, the first post that met NOSCRIPT (a flushed script cache, a restart), every
+        post run again in order, the script loaded: those behind it, and a script written behind
+        them, ran before it. (A post is a script that may run twice: a completion with its token.)"""
         for i in range(first, len(pending)):
             _, frame, source = pending[i]
             if not isinstance(replies[i], self._noscript):
                 replies[i] = self._send(conn, frame)
             replies[i] = self._loaded(conn, replies[i], frame, source, pair=False)
-        return True
 
     def _unloaded(self, answer: Any, pair: bool) -> bool:
         return isinstance(answer[0] if pair else answer, self._noscript)
@@ -358,9 +347,13 @@ class Lane:
                 raise
         try:
             answer = self._read_pair(conn) if pair else self._read(conn)
-            if self._rerun_unloaded(conn, pending, replies) and not self._unloaded(answer, pair):
-                answer = (self._send_pair if pair else self._send)(conn, frame)  # after them, this time
-            answer = self._loaded(conn, answer, frame, source, pair=pair)
+            first = first_unloaded(replies, self._noscript)
+            if first is not None:
+                self._rerun_unloaded(conn, pending, replies, first)
+                if not self._unloaded(answer, pair):
+                    answer = (self._send_pair if pair else self._send)(conn, frame)  # after them, this time
+            if isinstance(answer[0] if pair else answer, self._noscript):
+                answer = self._loaded(conn, answer, frame, source, pair=pair)
         except BaseException as exc:  # the pending replies in hand stand; a NOSCRIPT one never ran
             try:
                 conn.disconnect()
