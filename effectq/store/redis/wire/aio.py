@@ -97,7 +97,7 @@ class AsyncLane:
         return await self._exchange(frame, source, retry)
 
     async def _exchange(self, frame: bytes, source: str | bytes, retry: bool) -> Any:
-        conn, reused = await self._opened()
+        conn, reused, idle = await self._opened()
         try:
             reply = await self._send(conn, frame)
         except self._timeout:
@@ -116,12 +116,14 @@ class AsyncLane:
         except BaseException:  # cancelled, or worse: the reply may still be on its way
             await self._drop(conn)
             raise
-        try:
-            reply = await self._loaded(conn, reply, frame, source)
-        except BaseException:
+        if isinstance(reply, self._noscript):
+            try:
+                reply = await self._loaded(conn, reply, frame, source)
+            except BaseException:
+                await self._drop(conn)
+                raise
+        if not self._kept(conn, idle):
             await self._drop(conn)
-            raise
-        await self._give(conn)
         if isinstance(reply, self._response_error):
             raise reply
         return reply
@@ -205,14 +207,19 @@ class AsyncLane:
                 raise
         try:
             reply = await self._read(conn)
-            if await self._rerun_unloaded(conn, pending, replies) and not isinstance(reply, self._noscript):
-                reply = await self._send(conn, frame)  # after them, this time
-            reply = await self._loaded(conn, reply, frame, source)
+            first = first_unloaded(replies, self._noscript)
+            if first is not None:
+                await self._rerun_unloaded(conn, pending, replies, first)
+                if not isinstance(reply, self._noscript):
+                    reply = await self._send(conn, frame)  # after them, this time
+            if isinstance(reply, self._noscript):
+                reply = await self._loaded(conn, reply, frame, source)
         except BaseException as exc:  # the pending replies in hand stand; a NOSCRIPT one never ran
             _abandon(conn, [], exc)
             deliver_each(pending, [exc if isinstance(r, self._noscript) else r for r in replies])
             raise
-        await self._give(conn)
+        if not self._kept(conn, self._idle_here()):
+            await self._drop(conn)
         deliver_each(pending, replies)
         if isinstance(reply, self._response_error):
             raise reply
@@ -223,27 +230,27 @@ class AsyncLane:
         conn, pending = owing
         try:
             replies = [await self._read(conn) for _ in pending]
-            await self._rerun_unloaded(conn, pending, replies)
+            first = first_unloaded(replies, self._noscript)
+            if first is not None:
+                await self._rerun_unloaded(conn, pending, replies, first)
         except BaseException as exc:
             _abandon(conn, pending, exc)
             if ordinary(exc):
                 return
             raise  # a time limit too, once every reply pending is settled
-        await self._give(conn)
+        if not self._kept(conn, self._idle_here()):
+            await self._drop(conn)
         deliver_each(pending, replies)
 
-    async def _rerun_unloaded(self, conn: Any, pending: Pending, replies: list[Any]) -> bool:
-        """From the first post that met NOSCRIPT on, every post run again in order, the script
-        loaded (as :meth:`Lane._rerun_unloaded`); returns whether any was."""
-        first = first_unloaded(replies, self._noscript)
-        if first is None:
-            return False
+    async def _rerun_unloaded(self, conn: Any, pending: Pending, replies: list[Any], first: int) -> None:
+        """From ``first``, the first post that met NOSCRIPT (:func:`~.posted.first_unloaded`), every
+        post run again in order, the script loaded (as :meth:`Lane._rerun_unloaded`). The caller
+        finds ``first``: a coroutine is made only when there is one."""
         for i in range(first, len(pending)):
             _, sent, script = pending[i]
             if not isinstance(replies[i], self._noscript):
                 replies[i] = await self._send(conn, sent)
             replies[i] = await self._loaded(conn, replies[i], sent, script)
-        return True
 
     async def _loaded(self, conn: Any, reply: Any, frame: bytes, source: str | bytes) -> Any:
         """``reply``; or, if NOSCRIPT (a flushed script cache), the reply once the script is
@@ -289,19 +296,23 @@ class AsyncLane:
         when the connection has a socket timeout (``asyncio.wait_for``): a task
         and a trip round the loop per script. A frame the transport took whole
         is on its way; only one it had to buffer is waited for, within the
-        socket timeout. An unconnected connection connects through redis-py.
+        socket timeout. A transport lost before the write raises here, as
+        ``drain`` would (and without its two coroutines); one lost as it writes
+        closes itself, and the read of the reply raises. An unconnected
+        connection connects through redis-py.
         """
         writer = writer_of(conn)
         if writer is None:
             await conn.send_packed_command(frame, check_health=False)
             return
+        transport = writer.transport
         try:
+            if transport.is_closing():  # lost: a write would be dropped without a word
+                raise ConnectionResetError("Connection lost")
             writer.write(frame)
-            if writer.transport.get_write_buffer_size():
+            if transport.get_write_buffer_size():
                 async with asyncio.timeout(conn.socket_timeout):
                     await writer.drain()
-            else:
-                await writer.drain()  # never waits here; raises if the connection was lost
         except TimeoutError:
             await self._drop(conn)
             raise self._write_timeout("Timeout writing to socket") from None
@@ -310,9 +321,17 @@ class AsyncLane:
             where = getattr(conn, "path", None) or f"{conn.host}:{conn.port}"
             raise self._connection_error(f"Error writing to {where}: {exc}") from exc
 
-    async def _opened(self) -> tuple[Any, bool]:
-        """:meth:`_take`, connected: a failure here means nothing was sent (see :func:`..errors.sent`)."""
-        conn, reused = await self._take()
+    async def _opened(self) -> tuple[Any, bool, list[Any]]:
+        """A connection, connected; whether it was idle on the loop's stack (else it is new); and
+        that stack, to hand it back to. A failure here means nothing was sent (see
+        :func:`..errors.sent`)."""
+        idle = self._idle_here()
+        if idle is None:
+            idle = await self._stack()
+        if idle:
+            conn, reused = idle.pop(), True
+        else:
+            conn, reused = self._class(**self._settings), False
         if writer_of(conn) is None:
             try:
                 await conn.connect()
@@ -320,28 +339,30 @@ class AsyncLane:
                 await self._drop(conn)
                 _unsent(exc)
                 raise
-        return conn, reused
+        return conn, reused, idle
 
-    async def _take(self) -> tuple[Any, bool]:
-        idle = await self._stack()
-        if idle:
-            return idle.pop(), True
-        return self._class(**self._settings), False
+    def _kept(self, conn: Any, idle: list[Any] | None) -> bool:
+        """``conn``, clean, back on ``idle``, the running loop's stack; False when the stack is full
+        (the caller drops it)."""
+        if idle is None or len(idle) >= self._keep:
+            return False
+        idle.append(conn)
+        return True
 
-    async def _give(self, conn: Any) -> None:
-        idle = await self._stack()
-        if len(idle) < self._keep:
-            idle.append(conn)
-        else:
-            await self._drop(conn)
+    def _idle_here(self) -> list[Any] | None:
+        """This lane's idle connections on the running loop; None until the loop holds stacks."""
+        stacks = idle_stacks(asyncio.get_running_loop())
+        if stacks is None:
+            return None
+        return stacks.get(self) or stacks.setdefault(self, [])  # only its thread looks
 
     async def _stack(self) -> list[Any]:
-        """This lane's idle connections on the running loop, which holds them."""
+        """:meth:`_idle_here`, the loop given its stacks first if it holds none yet."""
         loop = asyncio.get_running_loop()
         stacks = idle_stacks(loop)
         if stacks is None:
             stacks = await hold_on(loop)
-        return stacks.setdefault(self, [])  # only this loop's thread touches its stacks
+        return stacks.get(self) or stacks.setdefault(self, [])
 
     async def _drop(self, conn: Any) -> None:
         with contextlib.suppress(Exception):

@@ -17,6 +17,7 @@ lanes' ``_rerun_unloaded``).
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -27,6 +28,7 @@ __all__ = [
     "MAX_PENDING",
     "OnReply",
     "Pending",
+    "PendingOnThread",
     "ScriptCache",
     "deliver_all",
     "deliver_each",
@@ -46,6 +48,17 @@ Pending = list[tuple[OnReply, bytes, str | bytes]]
 
 MAX_PENDING = 64
 """Posted replies a connection may owe before the next post reads them first."""
+
+
+class PendingOnThread(threading.local):
+    """Per thread, on one sync lane: ``conn``, a connection owing replies to posts; ``pending``,
+    their settles; ``sock``, the socket they were written on, the only one they can come on.
+    Each thread starts with none (``__init__`` runs once per thread): no lookup of them misses."""
+
+    def __init__(self) -> None:
+        self.conn: Any = None
+        self.pending: Pending = []
+        self.sock: Any = None
 
 
 _SENT = "_effectq_scripts_sent"
@@ -99,7 +112,10 @@ def ordinary(exc: BaseException) -> bool:
 def first_unloaded(replies: list[Any], noscript: type[BaseException]) -> int | None:
     """Where the first reply that says NOSCRIPT is among a connection's pending ``replies``: from
     that post on, every post runs again, the script loaded (the lanes' ``_rerun_unloaded``)."""
-    return next((i for i, reply in enumerate(replies) if isinstance(reply, noscript)), None)
+    for i, reply in enumerate(replies):  # a loop, not next() of a generator: asked after every read
+        if isinstance(reply, noscript):
+            return i
+    return None
 
 
 def lost(conn: Any, connection_error: type[Exception]) -> Exception:

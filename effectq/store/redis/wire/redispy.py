@@ -17,6 +17,7 @@ runs it on the oldest and newest of each major line the project supports.
 from __future__ import annotations
 
 from collections.abc import Callable
+from operator import attrgetter
 from typing import Any
 
 from .frames import _PACKER, hiredis_packs
@@ -32,10 +33,10 @@ __all__ = [
 ]
 
 
-def socket_of(conn: Any) -> Any:
-    """The socket a sync connection is connected on (None when it is not): a reply is pending on
-    one socket, and only that socket can bring it."""
-    return conn._sock
+socket_of: Callable[[Any], Any] = attrgetter("_sock")
+"""The socket a sync connection is connected on (None when it is not): a reply is pending on
+one socket, and only that socket can bring it. (An ``attrgetter``: asked on every call, it
+costs a C call, not a Python one.)"""
 
 
 def reply_reader(connection_class: type) -> Callable[[Any], Any]:
@@ -83,10 +84,10 @@ def reply_reader(connection_class: type) -> Callable[[Any], Any]:
     return read_parsed
 
 
-def writer_of(conn: Any) -> Any:
-    """An asyncio connection's ``StreamWriter`` (None when it is not connected): writing on it
-    needs no await, so a completion can be written from plain code."""
-    return getattr(conn, "_writer", None)
+writer_of: Callable[[Any], Any] = attrgetter("_writer")
+"""An asyncio connection's ``StreamWriter`` (None when it is not connected): writing on it
+needs no await, so a completion can be written from plain code. (An ``attrgetter``, as
+:data:`socket_of`.)"""
 
 
 def protect_pool(pool: Any) -> None:

@@ -44,6 +44,7 @@ from .posted import (
     MAX_PENDING,
     OnReply,
     Pending,
+    PendingOnThread,
     ScriptCache,
     deliver_all,
     deliver_each,
@@ -72,7 +73,7 @@ def _forget_all() -> None:  # a forked child must not write on, or read from, it
     _lanes_lock = threading.Lock()  # another thread of the parent may have held it: it is gone
     for lane in list(_lanes):
         lane._idle = lane._broken = ()
-        lane._local = threading.local()
+        lane._local = PendingOnThread()
     _pending = threading.local()
 
 
@@ -112,9 +113,7 @@ class Lane:
         self._read = reply_reader(pool.connection_class)
         """One reply; an error reply is returned, not raised (the connection is as good as before)."""
         self.scripts = ScriptCache()
-        self._local = threading.local()
-        """Per thread: ``conn``, a connection owing replies to posts; ``pending``, their settles; and
-        ``sock``, the socket they were written on, the only one they can come on."""
+        self._local = PendingOnThread()
         with _lanes_lock:
             _lanes.add(self)
 
@@ -182,7 +181,7 @@ class Lane:
         elif self not in lanes:
             lanes.append(self)
         local = self._local
-        held = getattr(local, "conn", None)
+        held = local.conn
         if held is not None and (len(local.pending) >= MAX_PENDING or socket_of(held) is not local.sock):
             self.flush()  # a connection closed meanwhile settles its pending posts as failed
             held = None
@@ -191,7 +190,9 @@ class Lane:
         try:
             if held is None:
                 conn, kind = self._take()
-                sock = self._ready(conn, kind)
+                sock = socket_of(conn) if kind is _IDLE else None
+                if sock is None:
+                    sock = self._ready(conn, kind)
                 load = self.scripts.ahead(conn, sock, sha, source)
                 self._write(conn, load + frame)
             else:  # taken from the thread's hands before anything can fail
@@ -221,14 +222,16 @@ class Lane:
         """Read the replies this thread owes on the lane and settle them; the connection is free
         again. A failure settles them with the error; a time limit is raised once they are."""
         local = self._local
-        conn = getattr(local, "conn", None)
+        conn = local.conn
         if conn is None:
             return
         pending, sock = local.pending, local.sock
         local.conn, local.pending, local.sock = None, [], None
         try:
             replies = self._read_pending(conn, sock, pending)
-            self._rerun_unloaded(conn, pending, replies)
+            first = first_unloaded(replies, self._noscript)
+            if first is not None:
+                self._rerun_unloaded(conn, pending, replies, first)
         except BaseException as exc:
             try:
                 conn.disconnect()
@@ -248,20 +251,15 @@ class Lane:
             raise lost(conn, self._connection_error)
         return [self._read(conn) for _ in pending]
 
-    def _rerun_unloaded(self, conn: Any, pending: Pending, replies: list[Any]) -> bool:
-        """Posts that met NOSCRIPT (a flushed script cache, a Redis restart): the script loaded, and
-        from the first such post on, every post run again in the order they were sent, since those
-        behind it ran before it did. Returns whether any was: the script written behind them ran
-        before them too. (A post is a script that may run twice: a completion with its token.)"""
-        first = first_unloaded(replies, self._noscript)
-        if first is None:
-            return False
+    def _rerun_unloaded(self, conn: Any, pending: Pending, replies: list[Any], first: int) -> None:
+        """From ``first``, the first post that met NOSCRIPT (a flushed script cache, a restart), every
+        post run again in order, the script loaded: those behind it, and a script written behind
+        them, ran before it. (A post is a script that may run twice: a completion with its token.)"""
         for i in range(first, len(pending)):
             _, frame, source = pending[i]
             if not isinstance(replies[i], self._noscript):
                 replies[i] = self._send(conn, frame)
             replies[i] = self._loaded(conn, replies[i], frame, source, pair=False)
-        return True
 
     def _unloaded(self, answer: Any, pair: bool) -> bool:
         return isinstance(answer[0] if pair else answer, self._noscript)
@@ -281,16 +279,16 @@ class Lane:
         signal's exception included, it is closed and kept (opened again when next
         taken), never lost to the pool nor handed out with a reply half read.
         """
-        send = self._send_pair if pair else self._send
-        local = self._local
-        if getattr(local, "conn", None) is not None:
+        if self._local.conn is not None:
             if retry:
                 return self._exchange_behind(frame, source, pair)
             self.flush()  # one that may not run twice is not written behind posts (see there)
+        send = self._send_pair if pair else self._send
         conn = None
         try:
             conn, kind = self._take()
-            self._ready(conn, kind)
+            if kind is not _IDLE or socket_of(conn) is None:
+                self._ready(conn, kind)
             try:
                 answer = send(conn, frame)
             except self._timeout:
@@ -300,7 +298,8 @@ class Lane:
                     raise
                 conn.disconnect()  # dead while idle (a Redis restart closed it): opened again, once
                 answer = send(conn, frame)
-            answer = self._loaded(conn, answer, frame, source, pair=pair)
+            if isinstance(answer[0] if pair else answer, self._noscript):
+                answer = self._loaded(conn, answer, frame, source, pair=pair)
         except BaseException:
             if conn is not None:
                 try:
@@ -348,9 +347,13 @@ class Lane:
                 raise
         try:
             answer = self._read_pair(conn) if pair else self._read(conn)
-            if self._rerun_unloaded(conn, pending, replies) and not self._unloaded(answer, pair):
-                answer = (self._send_pair if pair else self._send)(conn, frame)  # after them, this time
-            answer = self._loaded(conn, answer, frame, source, pair=pair)
+            first = first_unloaded(replies, self._noscript)
+            if first is not None:
+                self._rerun_unloaded(conn, pending, replies, first)
+                if not self._unloaded(answer, pair):
+                    answer = (self._send_pair if pair else self._send)(conn, frame)  # after them, this time
+            if isinstance(answer[0] if pair else answer, self._noscript):
+                answer = self._loaded(conn, answer, frame, source, pair=pair)
         except BaseException as exc:  # the pending replies in hand stand; a NOSCRIPT one never ran
             try:
                 conn.disconnect()
@@ -425,7 +428,7 @@ class Lane:
         """``frame`` written on ``conn``, connected first if it is not (only one that owes
         nothing: see :meth:`_write_behind`). redis-py raises its ``ConnectionError`` or
         ``TimeoutError``, the connection closed."""
-        conn.send_packed_command((frame,), check_health=False)
+        conn.send_packed_command((frame,), False)  # no health check (positional: a cheaper call)
 
     def _send(self, conn: Any, frame: bytes) -> Any:
         self._write(conn, frame)
