@@ -390,3 +390,46 @@ def test_a_child_forked_while_another_thread_subscribes_can_wait_on_records(
 
     with _held(redis_store._notifier._lock):
         assert _forked(child) == 0
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_child_forked_inside_a_running_loop_ends_that_loop_cleanly(redis_url: str, namespace: str) -> None:
+    """A coroutine forks (os.fork, or a library that does): the child goes on in its copy of the
+    loop, whose idle connections are its parent's sockets. When that loop ends, effectq leaves
+    them alone, and says nothing: closing its connection stacks raises nothing into the loop."""
+
+    @effectq.effect(name="edge.fork.loop")
+    async def act(n: int) -> int:
+        return n
+
+    async def main() -> int:
+        loop = asyncio.get_running_loop()
+        store = effectq.RedisStore.from_url(redis_url, namespace=namespace)
+        with effectq.run(f"fork-{uuid.uuid4().hex[:8]}", store=store):
+            assert await act(5) == 5  # the loop now holds this lane's idle connection
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child, until its loop ends below
+            loop.set_exception_handler(lambda _, context: os._exit(3))
+            return 0
+        return pid
+
+    parent = os.getpid()
+    try:
+        pid = asyncio.run(main())
+    except BaseException:
+        if os.getpid() != parent:  # pragma: no cover
+            os._exit(4)
+        raise
+    if pid == 0:  # pragma: no cover - the child's loop ended without trouble
+        os._exit(0)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        pytest.fail("the forked child hung")
+    assert os.waitstatus_to_exitcode(status) == 0

@@ -97,9 +97,9 @@ async def _close_at_shutdown(stacks: tuple[int, _Lanes]) -> AsyncIterator[None]:
                 connections = [conn for idle in list(lanes.values()) for conn in idle]
                 for idle in list(lanes.values()):
                     idle.clear()
-            for conn in connections:
-                with contextlib.suppress(Exception):
-                    await conn.disconnect()
+                for conn in connections:
+                    with contextlib.suppress(Exception):
+                        await conn.disconnect()
 
 
 def pending_on(loop: asyncio.AbstractEventLoop) -> _Registry | None:
