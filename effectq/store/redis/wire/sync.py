@@ -189,8 +189,7 @@ class Lane:
         pending: Pending = []
         try:
             if held is None:
-                conn, kind = self._take()
-                sock = socket_of(conn) if kind is _IDLE else None
+                conn, kind, sock = self._take()
                 if sock is None:
                     sock = self._ready(conn, kind)
                 load = self.scripts.ahead(conn, sock, sha, source)
@@ -286,8 +285,8 @@ class Lane:
         send = self._send_pair if pair else self._send
         conn = None
         try:
-            conn, kind = self._take()
-            if kind is not _IDLE or socket_of(conn) is None:
+            conn, kind, sock = self._take()
+            if sock is None:
                 self._ready(conn, kind)
             try:
                 answer = send(conn, frame)
@@ -383,23 +382,25 @@ class Lane:
     # tuples, added to and taken from without a call in between: no signal's exception can
     # land there and lose a connection, and no other thread can see it half taken.
 
-    def _take(self) -> tuple[Any, object]:
-        """A connection and where it came from: ``_IDLE``, ``_BROKEN``, or the pool (``_NEW``)."""
+    def _take(self) -> tuple[Any, object, Any]:
+        """A connection, where it came from (``_IDLE``, ``_BROKEN``, or the pool: ``_NEW``), and for
+        an idle one still connected its socket, else None: then :meth:`_ready` it first."""
         idle = self._idle
         if idle:
             self._idle = idle[:-1]
-            return idle[-1], _IDLE
+            conn = idle[-1]
+            return conn, _IDLE, socket_of(conn)
         broken = self._broken
         if broken:
             self._broken = broken[:-1]
-            return broken[-1], _BROKEN
+            return broken[-1], _BROKEN, None
         try:
             conn = self._pool.get_connection(*self._pool_args)
         except Exception as exc:  # nothing was sent
             _unsent(exc)
             raise
         _protect_connection(conn)  # made before the store gave the pool its packer
-        return conn, _NEW
+        return conn, _NEW, None
 
     def _ready(self, conn: Any, kind: object) -> Any:
         """``conn`` connected (a broken one closed first), and the socket it is connected on: a
