@@ -171,11 +171,10 @@ class SentinelLane(Lane):
         service = getattr(self._pool, "service_name", "?")
         return self._connection_error(f"the primary of {service!r} is now a replica: {exc}")
 
-    def _take(self) -> tuple[Any, object, Any]:
-        conn, kind, sock = super()._take()
+    def _ready(self, conn: Any, kind: object) -> Any:
         if kind is _IDLE and (conn.host, conn.port) != self._pool.master_address:
-            return conn, _BROKEN, None  # made before the pool last asked the sentinels: another server's
-        return conn, kind, sock
+            kind = _BROKEN  # made before the pool last asked the sentinels: another server's
+        return super()._ready(conn, kind)
 
 
 def sentinel_lane_for(client: Any) -> SentinelLane | None:

@@ -189,9 +189,8 @@ class Lane:
         pending: Pending = []
         try:
             if held is None:
-                conn, kind, sock = self._take()
-                if sock is None:
-                    sock = self._ready(conn, kind)
+                conn, kind = self._take()
+                sock = self._ready(conn, kind)
                 load = self.scripts.ahead(conn, sock, sha, source)
                 self._write(conn, load + frame)
             else:  # taken from the thread's hands before anything can fail
@@ -285,9 +284,8 @@ class Lane:
         send = self._send_pair if pair else self._send
         conn = None
         try:
-            conn, kind, sock = self._take()
-            if sock is None:
-                self._ready(conn, kind)
+            conn, kind = self._take()
+            self._ready(conn, kind)
             try:
                 answer = send(conn, frame)
             except self._timeout:
@@ -382,25 +380,26 @@ class Lane:
     # tuples, added to and taken from without a call in between: no signal's exception can
     # land there and lose a connection, and no other thread can see it half taken.
 
-    def _take(self) -> tuple[Any, object, Any]:
-        """A connection, where it came from (``_IDLE``, ``_BROKEN``, or the pool: ``_NEW``), and for
-        an idle one still connected its socket, else None: then :meth:`_ready` it first."""
+    def _take(self) -> tuple[Any, object]:
+        """A connection and where it came from: ``_IDLE``, ``_BROKEN``, or the pool (``_NEW``).
+
+        No call runs between a connection leaving the lane's hands and the caller holding it
+        (a signal's exception lands only at a call, a function's start or a loop's jump):
+        whatever must be asked of it, :meth:`_ready` asks, inside the caller's ``try``."""
         idle = self._idle
         if idle:
             self._idle = idle[:-1]
-            conn = idle[-1]
-            return conn, _IDLE, socket_of(conn)
+            return idle[-1], _IDLE
         broken = self._broken
         if broken:
             self._broken = broken[:-1]
-            return broken[-1], _BROKEN, None
+            return broken[-1], _BROKEN
         try:
             conn = self._pool.get_connection(*self._pool_args)
         except Exception as exc:  # nothing was sent
             _unsent(exc)
             raise
-        _protect_connection(conn)  # made before the store gave the pool its packer
-        return conn, _NEW, None
+        return conn, _NEW
 
     def _ready(self, conn: Any, kind: object) -> Any:
         """``conn`` connected (a broken one closed first), and the socket it is connected on: a
@@ -408,6 +407,8 @@ class Lane:
         try:
             if kind is _BROKEN:
                 conn.disconnect()
+            elif kind is _NEW:
+                _protect_connection(conn)  # made before the store gave the pool its packer
             sock = socket_of(conn)
             if sock is None:  # closed while idle (``pool.disconnect()``), or new
                 conn.connect()
