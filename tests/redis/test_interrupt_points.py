@@ -11,6 +11,7 @@ raising it from a trace function, and asserts the store's connections all come b
 from __future__ import annotations
 
 import dis
+import gc
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -94,11 +95,19 @@ class Points:
 
 @contextmanager
 def landing(points: Points) -> Iterator[None]:
+    """Trace the calls inside, with the cyclic collector off: a store of an earlier round, left to
+    it, would otherwise be collected in there and its finalizer's frames counted as the calls'
+    (an exception raised in a finalizer is only printed, "Exception ignored in")."""
+    collecting = gc.isenabled()
+    gc.collect()
+    gc.disable()
     sys.settrace(points.start)
     try:
         yield
     finally:
         sys.settrace(None)
+        if collecting:
+            gc.enable()
 
 
 def _calls(store: effectq.RedisStore, key: str, n: int) -> None:
