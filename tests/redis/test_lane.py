@@ -7,12 +7,9 @@ timeout, and a pool that gets its connections back.
 
 from __future__ import annotations
 
-import gc
 import logging
 import os
-import time
 import uuid
-import weakref
 
 import pytest
 import redis
@@ -27,6 +24,7 @@ from effectq.store.redis.wire import frames
 from effectq.store.redis.wire.frames import _pack_command
 from effectq.store.redis.wire.sync import Lane, lane_for
 from tests.conftest import delete_namespace
+from tests.support.collected import verdict
 
 
 @pytest.fixture(scope="module")
@@ -249,64 +247,27 @@ def test_close_hands_the_connections_back_to_the_pool(redis_url: str, namespace:
 
 
 def test_a_store_never_closed_hands_its_connection_back_when_collected(
-    redis_url: str, namespace: str
+    redis_client: redis.Redis, redis_url: str, namespace: str
 ) -> None:
     """A store dropped without close(), as redis-py's own PubSub and Pipeline may be: its lane's
-    connection goes back to the client's pool, and the client's next command reuses it."""
-    name = f"dropped-{uuid.uuid4().hex[:8]}"
-    client = _client(redis_url, client_name=name)
-    admin = redis.Redis.from_url(redis_url)
-    try:
-        store = effectq.RedisStore(client, namespace=namespace)
-        with effectq.run("dropped", store=store):
-            assert _effect([])(1) == {"n": 2}
-        dropped = weakref.ref(store)
-        del store
-        _collected(dropped)
-        client.ping()
-        assert [c.get("name") for c in admin.client_list()].count(name) == 1
-    finally:
-        delete_namespace(admin, namespace)
-        client.close()
-        admin.close()
+    connection goes back to the client's pool, and the client's next command reuses it (asked in
+    a process of its own: only effectq's references count there)."""
+    result = verdict("store-dropped-after-a-run", redis_url, namespace)
+    assert result["result"] == {"n": 2}
+    assert result["alive"] == [], result["alive"]  # what holds the store still alive
+    assert result["connections"] == 1
 
 
-def test_a_store_never_closed_stops_listening_when_collected(redis_url: str, namespace: str) -> None:
+def test_a_store_never_closed_stops_listening_when_collected(
+    redis_client: redis.Redis, redis_url: str, namespace: str
+) -> None:
     """A store dropped without close() after a waiter subscribed to its notifications: the
     listener stops and its connection, taken from the client's pool, is closed (a thread and a
     connection of the user's client are not kept for a store nobody holds)."""
-    name = f"dropped-notify-{uuid.uuid4().hex[:8]}"
-    client = _client(redis_url, client_name=name)
-    admin = redis.Redis.from_url(redis_url)
-
-    def held() -> int:
-        return [c.get("name") for c in admin.client_list()].count(name)
-
-    try:
-        store = effectq.RedisStore(client, namespace=namespace)
-        store.watch("some-key", lambda: None)  # the listener subscribes, on a connection of its own
-        assert held() == 1
-        dropped = weakref.ref(store)
-        del store
-        _collected(dropped)
-        deadline = time.monotonic() + 5  # the listener stops within half a second
-        while held() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert held() == 0
-    finally:
-        client.close()
-        admin.close()
-
-
-def _collected(store: weakref.ref[effectq.RedisStore], within: float = 5.0) -> None:
-    """Collect garbage until ``store`` is gone, for up to ``within`` seconds: the heartbeat thread
-    holds the leases it last looked at (a store's among them) until its next look, a second at most."""
-    deadline = time.monotonic() + within
-    gc.collect()
-    while store() is not None and time.monotonic() < deadline:
-        time.sleep(0.05)
-        gc.collect()
-    assert store() is None
+    result = verdict("store-dropped-while-listening", redis_url, namespace)
+    assert result["listening"] == 1
+    assert result["alive"] == [], result["alive"]
+    assert result["after"] == 0
 
 
 def test_other_clients_go_through_redis_py(redis_url: str) -> None:
