@@ -309,14 +309,17 @@ class Heartbeat:
                 if item is not None:
                     heapq.heappush(schedule, item)
                 continue
-            for lease in due:  # not due again until renewed or retried
-                lease.due = float("inf")
-            for lease in due:
-                self._renew(lease)
+            self._renew_due(due)  # its loop variable dies with its frame: asleep, no lease is held
             for seq in repairs:
                 self._repair(seq, schedule)
         for item in schedule:  # another thread took over: it gets what this one had scheduled
             inbox.put(item)
+
+    def _renew_due(self, due: list[Lease]) -> None:
+        for lease in due:  # not due again until renewed or retried
+            lease.due = float("inf")
+        for lease in due:
+            self._renew(lease)
 
     def _renew(self, lease: Lease) -> None:
         try:

@@ -258,6 +258,17 @@ def test_a_store_never_closed_hands_its_connection_back_when_collected(
     assert result["connections"] == 1
 
 
+def test_a_store_whose_lease_was_renewed_is_collected_once_dropped(
+    redis_client: redis.Redis, redis_url: str, namespace: str
+) -> None:
+    """The heartbeat renewed a lease of the store's, then went back to sleep with no lease held:
+    it keeps nothing of the store, so a store dropped without close() still hands back its
+    connections and stops its listener."""
+    result = verdict("store-dropped-after-its-lease-was-renewed", redis_url, namespace)
+    assert result["result"] == 1 and result["renewed"], result
+    assert result["alive"] == [], result["alive"]
+
+
 def test_a_store_never_closed_stops_listening_when_collected(
     redis_client: redis.Redis, redis_url: str, namespace: str
 ) -> None:

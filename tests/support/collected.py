@@ -68,7 +68,7 @@ def holders(obj: object, depth: int = 6, width: int = 4) -> list[str]:
         chosen = found[:width]
         skip.update((id(found), id(chosen)))
         if left == 0 or not chosen:
-            chains.append(" <- ".join(path))
+            chains.append(" <- ".join(path) + ("" if chosen else " <- (a running frame, or C code)"))
             return
         for r in chosen:
             skip.add(id(r))
@@ -202,6 +202,35 @@ def store_dropped_after_a_run(redis_url: str, namespace: str) -> dict[str, Any]:
     return {"alive": alive, "result": result, "connections": connections}
 
 
+def store_dropped_after_its_lease_was_renewed(redis_url: str, namespace: str) -> dict[str, Any]:
+    """A store dropped without ``close()`` after an effect ran long enough for the heartbeat to
+    renew its lease: the heartbeat, asleep with no lease held, holds nothing of the store."""
+
+    import effectq
+
+    name = f"dropped-renewed-{uuid.uuid4().hex[:8]}"
+    client = _named_client(redis_url, name)
+    renewals: list[int] = []
+
+    class Counted(effectq.RedisStore):
+        def renew(self, key: str, token: int, *, lease_ms: int) -> bool:
+            renewals.append(token)
+            return super().renew(key, token, lease_ms=lease_ms)
+
+    store = Counted(client, namespace=namespace)
+
+    @effectq.effect(name="collected.slow", lease=0.3)  # renewed every 0.1 s
+    def slow(n: int) -> int:
+        time.sleep(0.5)
+        return n
+
+    with effectq.run("renewed", store=store):
+        result = slow(1)
+    dropped = weakref.ref(store)
+    del store
+    return {"alive": _collected(dropped), "result": result, "renewed": len(renewals) > 0}
+
+
 def store_dropped_while_listening(redis_url: str, namespace: str) -> dict[str, Any]:
     """A store dropped without ``close()`` after a waiter subscribed to its notifications: the
     listener stops and its connection, taken from the client's pool, is closed."""
@@ -233,6 +262,7 @@ SCENARIOS: dict[str, Callable[[str, str], dict[str, Any]]] = {
     "loop-closed-without-shutdown": loop_closed_without_shutdown,
     "store-dropped-after-a-run": store_dropped_after_a_run,
     "store-dropped-while-listening": store_dropped_while_listening,
+    "store-dropped-after-its-lease-was-renewed": store_dropped_after_its_lease_was_renewed,
 }
 
 
