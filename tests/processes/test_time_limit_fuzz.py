@@ -68,11 +68,11 @@ HIDE_HIREDIS = (
 ``EFFECTQ_FUZZ_HIREDIS=0``. By default it runs as installed: with hiredis, whose
 ``pack_command`` a signal must not crash (see tests/processes/test_signal_storm.py)."""
 WATCHDOG = 90.0
+"""A child still running this long after it started dumps its threads and exits: a hang."""
 PARKED = (effectq.OutcomeUnknown, effectq.InProgress, effectq.AttemptsExhausted)
 """What a delivery may end in besides the limit, looked up once: ``effectq.X`` is found lazily the
 first time (an import's Python), and a limit landing in the harness's own except clause there
 escaped it."""
-"""A child still running this long after it started dumps its threads and exits: a hang."""
 
 pytestmark = pytest.mark.skipif(not hasattr(signal, "setitimer"), reason="needs setitimer")
 
