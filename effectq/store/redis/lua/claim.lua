@@ -56,14 +56,15 @@ else wrote the record since (its first try's lease may have run out while the re
 It writes (and so do a retried complete or dispatch of the same token): a WAIT that follows the
 retry then covers the first try's write as well.
 ]]
-local rec = KEYS[1]
+local keys, argv = KEYS, ARGV -- globals: each read of one is a lookup by name, of a local none
+local rec = keys[1]
 -- GET first: a completed record answers at once, and a free key needs no second look. Only a
 -- record in flight, released or unknown (a hash) pays for the failed GET and an HMGET.
 -- The two common outcomes (a replay, a first run) come first, before any closure is made.
 local packed = redis.pcall('GET', rec)
 if type(packed) == 'string' then
-  if KEYS[4] and string.find(ARGV[3], 'i', 1, true) then
-    local index = redis.call('GET', KEYS[4]) -- 16 bytes a record
+  if keys[4] and string.find(argv[3], 'i', 1, true) then
+    local index = redis.call('GET', keys[4]) -- 16 bytes a record
     if index and #index > 16 then
       -- A redelivery: the records the index lists are in this bucket (this slot), read here
       -- 16 at a time, so that what the reply cannot carry is not read whole either. A record's
@@ -72,7 +73,7 @@ if type(packed) == 'string' then
       -- prefix and the namespace are checked.
       local PREFETCH_RECORDS, PREFETCH_BYTES = 64, 262144
       local reply, n, left = {packed, index}, 2, PREFETCH_BYTES
-      local key = string.sub(KEYS[4], 1, -37) .. '%012x%012x%08x' -- "<tag>:" of "<tag>:run:<d>"
+      local key = string.sub(keys[4], 1, -37) .. '%012x%012x%08x' -- "<tag>:" of "<tag>:run:<d>"
       local count = math.min(math.floor(#index / 16), PREFETCH_RECORDS)
       for first = 1, count, 16 do
         local names, m = {}, 0
@@ -110,13 +111,13 @@ if not packed then
   local clock = redis.call('TIME')
   local stamp = clock[1] .. string.sub('00000' .. clock[2], -6, -4) -- ms: seconds, then ms digits
   local now = stamp + 0
-  local lease_end = string.format('%d', now + ARGV[1])
+  local lease_end = string.format('%d', now + argv[1])
   local status, att, attempts = 'd', 1, '1'
-  if ARGV[3] ~= '' and string.find(ARGV[3], 'f', 1, true) then status, att, attempts = 'p', 0, '0' end
-  redis.call('HSET', rec, 's', status, 't', stamp, 'a', attempts, 'x', lease_end, 'o', ARGV[2],
-    'h', ARGV[4], 'c', stamp)
-  if status == 'p' then redis.call('PEXPIRE', rec, ARGV[5]) end
-  redis.call('ZADD', KEYS[2], lease_end, rec)
+  if argv[3] ~= '' and string.find(argv[3], 'f', 1, true) then status, att, attempts = 'p', 0, '0' end
+  redis.call('HSET', rec, 's', status, 't', stamp, 'a', attempts, 'x', lease_end, 'o', argv[2],
+    'h', argv[4], 'c', stamp)
+  if status == 'p' then redis.call('PEXPIRE', rec, argv[5]) end
+  redis.call('ZADD', keys[2], lease_end, rec)
   if status == 'p' then return {5, now, att, status, ''} end
   return {1, now, att, status, ''}
 end
@@ -124,8 +125,8 @@ end
 local r = redis.pcall('HMGET', rec, 's', 't', 'a', 'x', 'o', 'i', 'e', 'h', 'z')
 if r['err'] then return {-1, redis.call('TYPE', rec)['ok']} end
 
-local open, doubt = KEYS[2], KEYS[3]
-local lease, owner, flags = tonumber(ARGV[1]), ARGV[2], ARGV[3]
+local open, doubt = keys[2], keys[3]
+local lease, owner, flags = tonumber(argv[1]), argv[2], argv[3]
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 local s = r[1]
@@ -135,7 +136,7 @@ if r[8] then ihash = string.match(r[8], '^[^\n]*\n[^\n]*\n[^\n]*\n([^\n]*)$') or
 
 local function grant(status, newtok, newatt, fresh)
   local fields = {'s', status, 't', newtok, 'a', newatt, 'x', now + lease, 'o', owner,
-    'h', ARGV[4], 'm', now}
+    'h', argv[4], 'm', now}
   if fresh then
     fields[#fields + 1] = 'c'
     fields[#fields + 1] = now
@@ -144,7 +145,7 @@ local function grant(status, newtok, newatt, fresh)
   end
   redis.call('HSET', rec, unpack(fields))
   if status == 'p' then
-    redis.call('PEXPIRE', rec, ARGV[5])
+    redis.call('PEXPIRE', rec, argv[5])
   elseif not fresh then
     redis.call('PERSIST', rec)
   end
@@ -154,14 +155,14 @@ local function grant(status, newtok, newatt, fresh)
   return {1, newtok, newatt, status, ''}
 end
 
-local cap = tonumber(ARGV[6]) or 0
+local cap = tonumber(argv[6]) or 0
 
 -- Attempts exhausted: the execution a grant would start does not; the key is parked, taken over
 -- (the token bumped, as a re-run would) and kept for the retention with its last error.
 local function park()
   redis.call('HSET', rec, 's', 'f', 't', tok + 1, 'x', 0, 'm', now)
   redis.call('HDEL', rec, 'o', 'w', 'z', 'g')
-  redis.call('PEXPIRE', rec, ARGV[5])
+  redis.call('PEXPIRE', rec, argv[5])
   redis.call('ZREM', open, rec)
   redis.call('ZREM', doubt, rec)
   return {6, tok + 1, att, err, ''}
@@ -214,13 +215,13 @@ end
 -- unknown
 if x > now then return in_flight() end
 if string.find(flags, 'r', 1, true) then
-  redis.call('HSET', rec, 't', tok + 1, 'x', now + lease, 'o', owner, 'g', ARGV[4], 'm', now)
+  redis.call('HSET', rec, 't', tok + 1, 'x', now + lease, 'o', owner, 'g', argv[4], 'm', now)
   return {5, tok + 1, att, s, err, ihash}
 end
 if string.find(flags, 's', 1, true) then
   if cap > 0 and att >= cap then return park() end
   redis.call('HSET', rec, 's', 'd', 't', tok + 1, 'a', att + 1, 'x', now + lease, 'o', owner,
-    'h', ARGV[4], 'm', now) -- the re-run's identity: it is what executes
+    'h', argv[4], 'm', now) -- the re-run's identity: it is what executes
   redis.call('ZREM', doubt, rec)
   redis.call('ZADD', open, now + lease, rec)
   return {1, tok + 1, att + 1, 'd', err}
