@@ -10,6 +10,11 @@ effect, in a run of its own:
 * redelivered: the same task again, in a worker whose store has never seen the key (a store
   of its own per batch, the run's prefetch on, as by default), against one ``GET``.
 
+Beside each, the store's own calls for the same path without a run or an effect call around
+them (``store.claim`` and ``store.complete`` with requests built beforehand, as
+bench/redis_instructions.py sends them): what the round trips cost, Redis' scripts and the
+wire included, apart from the Python of the call (its key, its run, its result's decoding).
+
 The systems run interleaved in one Python process started for this benchmark alone (no other
 benchmark warmed its caches or its stores' memos). Round trips per call are counted at the
 client (bench/common.RoundTrips) on calls of their own, after the timed ones.
@@ -37,6 +42,8 @@ FIRST_FLOOR = "floor (SET NX + SET)"
 FIRST = "effectq, `with effectq.run(id): send(x)`"
 REPLAY_FLOOR = "floor (GET)"
 REPLAY = "effectq, redelivered to a worker new to the key"
+FIRST_STORE = "effectq's store alone: claim, complete (no run, no call)"
+REPLAY_STORE = "effectq's store alone: the claim (no run, no call)"
 COUNTED = 20
 """Calls per system whose round trips are counted (apart from the timed ones)."""
 
@@ -64,6 +71,8 @@ def _child(url: str, n: int) -> dict[str, Any]:
     import redis
 
     import effectq
+    from effectq.keys import default_key, sha256
+    from effectq.store.base import ClaimRequest, ResultState
 
     tag = uuid.uuid4().hex[:8]
     namespace = f"bench-one-{tag}"
@@ -101,20 +110,48 @@ def _child(url: str, n: int) -> dict[str, Any]:
         client.set(f"floor:{tag}:{i}", b"1", nx=True)
         client.set(f"floor:{tag}:{i}", b"result")
 
+    # The store's own calls, on keys of their own (a run each, as the tasks'), with what a call
+    # would build made beforehand.
+    calls = range(n + COUNTED)
+    bare_keys = [default_key(f"bare-{tag}-{i}", "bench.send", sha256(b"%d" % i).hexdigest()) for i in calls]
+
+    def request(i: int, *, prefetch: bool) -> ClaimRequest:
+        owner = f"bench:{tag}:{i}:{prefetch}"
+        return ClaimRequest(60_000, owner, "bench.send", f"bare-{tag}-{i}", prefetch=prefetch)
+
+    first_requests = [request(i, prefetch=False) for i in calls]
+    replay_requests = [request(i, prefetch=True) for i in calls]
+
+    def store_first(i: int) -> None:
+        key = bare_keys[i]
+        claim = store.claim(key, first_requests[i])
+        store.complete(
+            key, claim.token, result=b"%d" % i, result_state=ResultState.STORED, retention_ms=600_000
+        )
+
+    def store_replay(i: int) -> None:
+        fresh[-1].claim(bare_keys[i], replay_requests[i])
+
     task(store)(-1)  # the scripts loaded, the connection made
-    first = interleave({FIRST_FLOOR: floor_first, FIRST: task(store)}, n)
+    first = interleave({FIRST_FLOOR: floor_first, FIRST: task(store), FIRST_STORE: store_first}, n)
     replay = interleave(
-        {REPLAY_FLOOR: lambda i: client.get(f"floor:{tag}:{i}"), REPLAY: redelivered},
+        {
+            REPLAY_FLOOR: lambda i: client.get(f"floor:{tag}:{i}"),
+            REPLAY: redelivered,
+            REPLAY_STORE: store_replay,
+        },
         n,
-        around={REPLAY: new_worker},
+        around={REPLAY: new_worker, REPLAY_STORE: new_worker},
     )
     trips: dict[str, float] = {}
     counted = range(n, n + COUNTED)
     for name, call, around in (
         (FIRST_FLOOR, floor_first, contextlib.nullcontext),
         (FIRST, task(store), contextlib.nullcontext),
+        (FIRST_STORE, store_first, contextlib.nullcontext),
         (REPLAY_FLOOR, lambda i: client.get(f"floor:{tag}:{i}"), contextlib.nullcontext),
         (REPLAY, redelivered, new_worker),
+        (REPLAY_STORE, store_replay, new_worker),
     ):
         with around(), RoundTrips() as counter:
             for i in counted:
@@ -158,6 +195,8 @@ def report(result: dict[str, Any]) -> str:
                 )
             )
     first, replay = ratios(result)
+    store_first = result["first"][FIRST_STORE].us(50) / result["first"][FIRST_FLOOR].us(50)
+    store_replay = result["replay"][REPLAY_STORE].us(50) / result["replay"][REPLAY_FLOOR].us(50)
     return "\n".join(
         [
             f"### A task with one effect, in a process of its own (n = {result['n']} each, interleaved; µs)",
@@ -167,7 +206,9 @@ def report(result: dict[str, Any]) -> str:
             f"effectq / its floor at p50: first time {first:.2f}x (both writes acknowledged: the run's "
             f"end reads the completion's reply), redelivered {replay:.2f}x (one round trip: the claim "
             "finds the record completed and replays it; a run of one effect has no other record to "
-            "prefetch, and a run of more gets its other records in that same reply).",
+            "prefetch, and a run of more gets its other records in that same reply). The store's "
+            f"calls alone: {store_first:.2f}x and {store_replay:.2f}x; the rest is the Python of the "
+            "call and its run.",
         ]
     )
 
