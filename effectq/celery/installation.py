@@ -152,6 +152,8 @@ class Installation:
         spec = getattr(task, "effectq_task", None)
         if spec:
             inner = task_effect(inner, task.name, spec)
+        # Read once: a static lookup walks the class's MRO, and a function stays unbound.
+        task._effectq_run_id = inspect.getattr_static(task, "effectq_run_id", None)
         setattr(task, attribute, _guarded(self, task, inner))
         task._effectq_guarded = True
 
@@ -209,7 +211,7 @@ class Installation:
         request = task.request
         delivery = request.delivery_info or {}
         run_id = run_id_for(
-            inspect.getattr_static(task, "effectq_run_id", None),  # a function stays unbound
+            task._effectq_run_id,  # guard() read it, and _on_prerun guards every task first
             task.run,
             args,
             kwargs,
