@@ -8,6 +8,7 @@ completion pipelined), each from sync and from async code.
     python bench/python_per_call.py                      # this checkout: µs per call
     python bench/python_per_call.py --against c7fe8d0    # and another revision, side by side
     python bench/python_per_call.py --against c7fe8d0 --instructions   # counted by callgrind
+    python bench/python_per_call.py --only celery        # the cases whose name says "celery"
 
 With ``--against REV`` the revision is checked out in a temporary git worktree and both
 trees are measured in child processes taking turns (A, B, A, B, ...), so a noisy
@@ -43,10 +44,18 @@ CASES = (
     "one-effect run, replay, sync",
     "one-effect run, first time, async",
     "one-effect run, replay, async",
+    "celery task, no layer",
+    "celery task, effectq installed, no effect",
+    "celery task, one effect, run bound in the body",
+    "celery task, one effect, effectq installed",
 )
 """The first four: effects one after another in one run. The "one-effect run" cases: what a task
 with one effect pays, a run of its own per call (entered, the one effect, exited), its key never
-seen before (a new run id each call), first time or replayed (a redelivery to a fresh worker)."""
+seen before (a new run id each call), first time or replayed (a redelivery to a fresh worker).
+The "celery task" cases: a task through Celery's own tracer, as a worker runs it (the request a
+worker builds, no result stored): doing nothing, without and with effectq installed (the
+difference is what the integration adds to every task), and one first-time effect, its run
+bound by a ``with effectq.run(task id)`` in the task's body or by the installation."""
 
 _REPLAY = b"c1\n1\n1\n\n1\nbench.piece\npieces\n:0123456789abcdef\n\n\n5"
 _CLAIMED = [1, 1, 1, b"d", b""]
@@ -149,6 +158,7 @@ def _calls() -> dict[str, Callable[[int], float]]:
         return run
 
     return {
+        **_celery_calls(store, piece),
         "one-effect run, first time, sync": one_effect_sync([_CLAIMED, 1]),
         "one-effect run, replay, sync": one_effect_sync([_REPLAY]),
         "one-effect run, first time, async": one_effect_async([_CLAIMED, 1]),
@@ -157,6 +167,58 @@ def _calls() -> dict[str, Callable[[int], float]]:
         "first time, sync": sync_case([_CLAIMED, 1]),
         "replay, async": async_case([_REPLAY]),
         "first time, async": async_case([_CLAIMED, 1]),
+    }
+
+
+def _celery_calls(store: Any, piece: Callable[[int], int]) -> dict[str, Callable[[int], float]]:
+    """The "celery task" cases (see :data:`CASES`), each app installed only while it runs: the
+    installation's receivers would otherwise see every other case's tasks too."""
+    from celery import Celery
+    from celery.app.trace import build_tracer
+
+    import effectq
+    import effectq.celery
+
+    counter = itertools.count()
+
+    def case(installed: bool, body: Callable[[Any, int], Any]) -> Callable[[int], float]:
+        def run(n: int) -> float:
+            store._lane = Canned([_CLAIMED, 1])
+            app = Celery("bench", broker="memory://", set_as_current=False)
+            app.task(name="bench.task", bind=True, ignore_result=True, shared=False)(body)
+            app.finalize()
+            task = app.tasks["bench.task"]  # the task itself, as a worker has it, not its proxy
+            installation = effectq.celery.install(app, store) if installed else None
+            trace = build_tracer(task.name, task, app=app, hostname="bench")
+            try:
+                started = time.perf_counter()
+                for _ in range(n):
+                    i = next(counter)
+                    task_id = f"task-{i}"
+                    request = {"id": task_id, "delivery_info": {"redelivered": False}, "hostname": "bench"}
+                    trace(task_id, (i,), {}, request)
+                return time.perf_counter() - started
+            finally:
+                if installation is not None:
+                    installation.uninstall()
+
+        return run
+
+    def nothing(self: Any, i: int) -> int:
+        return i
+
+    def bound_in_the_body(self: Any, i: int) -> int:
+        with effectq.run(self.request.id, store=store):
+            return piece(i)
+
+    def one_effect(self: Any, i: int) -> int:
+        return piece(i)
+
+    return {
+        "celery task, no layer": case(False, nothing),
+        "celery task, effectq installed, no effect": case(True, nothing),
+        "celery task, one effect, run bound in the body": case(False, bound_in_the_body),
+        "celery task, one effect, effectq installed": case(True, one_effect),
     }
 
 
@@ -244,13 +306,16 @@ def main() -> None:
     parser.add_argument("-n", type=int, default=0, help="calls per measurement")
     parser.add_argument("--repeat", type=int, default=5, help="measurements per child (best is kept)")
     parser.add_argument("--rounds", type=int, default=5, help="children per tree, taking turns")
+    parser.add_argument("--only", metavar="TEXT", help="only the cases whose name contains TEXT")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--calls-only", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--case", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    global CASES
+    if args.only:
+        CASES = tuple(case for case in CASES if args.only in case)
     if args.child:
         if args.case:
-            global CASES
             CASES = (args.case,)
         child(args.n, args.repeat, args.calls_only)
         return

@@ -201,15 +201,18 @@ def run_id_for(
     *,
     default: str,
     task: str,
-    request: TaskRequest | None = None,
+    request: TaskRequest | Callable[[], TaskRequest] | None = None,
 ) -> str:
     """The run id of one execution of ``fn(*args, **kwargs)`` (see :data:`RunIdSpec`).
 
     ``request`` is what the template's ``{request.X}`` fields and a ``(args, request)``
-    function see; without it (``None``) they are an error.
+    function see, or a function that makes it (called only for a spec, so a task without
+    one builds none); without it (``None``) they are an error.
     """
     if spec is None:
         return default
+    if callable(request):
+        request = request()
     if callable(spec):
         if _takes_request(spec):
             if request is None:
@@ -290,14 +293,17 @@ def task_effect(fn: Callable[..., Any], task: str, spec: TaskEffectSpec) -> Effe
     return effect(name=name, key=lambda _args, ctx: task_key(ctx.run_id, task), **options)(fn)
 
 
-def log_finished(run: Run, what: str, *, redelivered: bool) -> None:
-    """Log how a task's effects went, at INFO when some were short-circuited."""
+def log_finished(run: Run, what: str | Callable[[], str], *, redelivered: bool) -> None:
+    """Log how a task's effects went, at INFO when some were short-circuited.
+
+    ``what`` names the task, or is a function that does, called only when a line is logged.
+    """
     stats = run.stats
     short = stats.replayed + stats.reconciled
     if short:
         log_delivery.info(
             "effectq %s (run %s)%s short-circuited %d effect(s): %d replayed, %d reconciled, %d executed",
-            what,
+            what() if callable(what) else what,
             run.id,
             " was delivered again and" if redelivered else "",
             short,
@@ -305,9 +311,13 @@ def log_finished(run: Run, what: str, *, redelivered: bool) -> None:
             stats.reconciled,
             stats.executed,
         )
-    elif stats.executed or stats.failed:
+    elif (stats.executed or stats.failed) and log_delivery.isEnabledFor(logging.DEBUG):
         log_delivery.debug(
-            "effectq %s (run %s): %d executed, %d failed", what, run.id, stats.executed, stats.failed
+            "effectq %s (run %s): %d executed, %d failed",
+            what() if callable(what) else what,
+            run.id,
+            stats.executed,
+            stats.failed,
         )
 
 

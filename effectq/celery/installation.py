@@ -152,6 +152,8 @@ class Installation:
         spec = getattr(task, "effectq_task", None)
         if spec:
             inner = task_effect(inner, task.name, spec)
+        # Read once: a static lookup walks the class's MRO, and a function stays unbound.
+        task._effectq_run_id = inspect.getattr_static(task, "effectq_run_id", None)
         setattr(task, attribute, _guarded(self, task, inner))
         task._effectq_guarded = True
 
@@ -209,18 +211,13 @@ class Installation:
         request = task.request
         delivery = request.delivery_info or {}
         run_id = run_id_for(
-            inspect.getattr_static(task, "effectq_run_id", None),  # a function stays unbound
+            task._effectq_run_id,  # guard() read it, and _on_prerun guards every task first
             task.run,
             args,
             kwargs,
             default=task_id,
             task=task.name,
-            request=TaskRequest(
-                id=task_id,
-                group=getattr(request, "group", None),
-                root_id=getattr(request, "root_id", None),
-                parent_id=getattr(request, "parent_id", None),
-            ),
+            request=functools.partial(_task_request, task_id, request),  # made only for a spec
         )
         return bind_run(
             run_id,
@@ -247,10 +244,19 @@ class Installation:
             log.exception("effectq could not log the end of task %s", task_id)
 
 
+def _task_request(task_id: str, request: Any) -> TaskRequest:
+    return TaskRequest(
+        id=task_id,
+        group=getattr(request, "group", None),
+        root_id=getattr(request, "root_id", None),
+        parent_id=getattr(request, "parent_id", None),
+    )
+
+
 def _log_run(task: Any, bound: Run) -> None:
     meta = bound.metadata
     redelivered = bool(meta.get("redelivered")) or bool(meta.get("retries"))
-    log_finished(bound, f"task {task.name}[{meta.get('task_id')}]", redelivered=redelivered)
+    log_finished(bound, lambda: f"task {task.name}[{meta.get('task_id')}]", redelivered=redelivered)
 
 
 def _guarded(installation: Installation, task: Any, inner: Callable[..., Any]) -> Callable[..., Any]:

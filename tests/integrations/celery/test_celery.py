@@ -60,6 +60,35 @@ def test_run_is_the_task_id(app: Celery, store: effectq.Store, charge: Any, call
     assert effectq.active_run() is None
 
 
+def test_the_end_of_a_run_is_logged(
+    app: Celery, store: effectq.Store, charge: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """effectq.delivery logs a task's run at its end: at DEBUG what executed, at INFO what a
+    retry or redelivery short-circuited, naming the task, its id and the run."""
+    effectq.celery.install(app, store)
+
+    @app.task(shared=False, name="shop.fulfil")
+    def fulfil(amount: int) -> int:
+        return charge(amount)
+
+    app.finalize()
+    with caplog.at_level("DEBUG", logger="effectq.delivery"):
+        fulfil.apply(args=(3,), task_id="task-l")
+    assert [r.getMessage() for r in caplog.records] == [
+        "effectq task shop.fulfil[task-l] (run task-l): 1 executed, 0 failed"
+    ]
+    caplog.clear()
+    with caplog.at_level("INFO", logger="effectq.delivery"):
+        fulfil.apply(args=(3,), task_id="task-l")  # no DEBUG line: only the replay's INFO one
+        fulfil.apply(args=(3,), task_id="task-l", retries=1)
+    assert [r.getMessage() for r in caplog.records] == [
+        "effectq task shop.fulfil[task-l] (run task-l) short-circuited 1 effect(s): "
+        "1 replayed, 0 reconciled, 0 executed",
+        "effectq task shop.fulfil[task-l] (run task-l) was delivered again and short-circuited "
+        "1 effect(s): 1 replayed, 0 reconciled, 0 executed",
+    ]
+
+
 def test_business_key_template(app: Celery, store: effectq.Store, charge: Any, calls: list[Any]) -> None:
     """effectq_run_id names the run by a business key: two task ids of one order apply once."""
     effectq.celery.install(app, store)
