@@ -42,6 +42,7 @@ HERE = Path(__file__).resolve().parent
 LABELS = {
     "none": "no layer",
     "effectq": "effectq",
+    "effectq-polling": "effectq, polling for its replies (poll_replies=200 µs)",
     "floor": "floor: SET NX + SET (redis-py)",
     "powertools": "Powertools idempotent_function",
 }
@@ -133,7 +134,9 @@ def measure(url: str, tasks: int, rounds: int = 3) -> dict[str, Any]:
         },
         "prefork": _measure(url, tasks, rounds, 0.0, PREFORK, every),
         "one effect": {
-            pool: _measure(url, tasks, rounds, 0.0, flags, ("none", "effectq", "floor"), effects=1)
+            pool: _measure(
+                url, tasks, rounds, 0.0, flags, ("none", "effectq", "effectq-polling", "floor"), effects=1
+            )
             for pool, flags in (("solo", SOLO), ("prefork, 2", PREFORK))
         },
         "wake": _wake_up(url),

@@ -35,7 +35,9 @@ EFFECTS = int(os.environ.get("EFFECTQ_BENCH_EFFECTS", "3"))
 """How many effects the task runs: 3 (reserve, charge, notify), or 1 (charge alone: most tasks
 do one side effect)."""
 
-LAYERS = ("none", "effectq", "floor", "powertools")
+LAYERS = ("none", "effectq", "effectq-polling", "floor", "powertools")
+POLL = 0.0002
+"""``poll_replies`` of the ``effectq-polling`` layer: effectq with its replies polled for 200 µs."""
 if LAYER not in LAYERS:
     raise SystemExit(f"EFFECTQ_BENCH_LAYER must be one of {', '.join(LAYERS)}, not {LAYER!r}")
 if EFFECTS not in (1, 3):
@@ -47,10 +49,11 @@ app.conf.task_default_queue = QUEUE
 app.conf.worker_prefetch_multiplier = 4
 counter = redis.Redis.from_url(URL)
 
-if LAYER == "effectq":
+if LAYER in ("effectq", "effectq-polling"):
     import effectq.celery
 
-    effectq.celery.install(app, URL, namespace=f"bench-{QUEUE}")
+    polling = {"poll_replies": POLL} if LAYER == "effectq-polling" else {}
+    effectq.celery.install(app, URL, namespace=f"bench-{QUEUE}", **polling)
 
 
 def reserve(order: int) -> dict[str, int]:
@@ -116,7 +119,12 @@ def _effect(fn: Callable[[int], dict[str, int]]) -> Callable[[int], Any]:
     return effectq.effect(name=f"bench.{fn.__name__}")(fn)
 
 
-GUARDS: dict[str, Guard] = {"effectq": _effect, "floor": _floor, "powertools": _powertools}
+GUARDS: dict[str, Guard] = {
+    "effectq": _effect,
+    "effectq-polling": _effect,
+    "floor": _floor,
+    "powertools": _powertools,
+}
 if LAYER in GUARDS:
     reserve, charge, notify = (GUARDS[LAYER](fn) for fn in (reserve, charge, notify))
 

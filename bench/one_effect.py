@@ -42,6 +42,10 @@ FIRST_FLOOR = "floor (SET NX + SET)"
 FIRST = "effectq, `with effectq.run(id): send(x)`"
 REPLAY_FLOOR = "floor (GET)"
 REPLAY = "effectq, redelivered to a worker new to the key"
+FIRST_POLLED = "effectq, polling for its replies (poll_replies=200 µs)"
+REPLAY_POLLED = "effectq, redelivered, polling for its replies (poll_replies=200 µs)"
+POLL = 0.0002
+"""The ``poll_replies`` of the polling rows, seconds."""
 FIRST_STORE = "effectq's store alone: claim, complete (no run, no call)"
 REPLAY_STORE = "effectq's store alone: the claim (no run, no call)"
 COUNTED = 20
@@ -83,28 +87,38 @@ def _child(url: str, n: int) -> dict[str, Any]:
     def send(i: int) -> int:
         return i
 
-    def task(on: effectq.RedisStore) -> Callable[[int], None]:
+    def task(on: effectq.RedisStore, runs: str = "one") -> Callable[[int], None]:
         def one(i: int) -> None:
-            with effectq.run(f"one-{tag}-{i}", store=on):
+            with effectq.run(f"{runs}-{tag}-{i}", store=on):
                 send(i)
 
         return one
 
+    try:  # a revision before poll_replies has no polling rows
+        polled: effectq.RedisStore | None = effectq.RedisStore(client, namespace=namespace, poll_replies=POLL)
+    except TypeError:
+        polled = None
     fresh: list[effectq.RedisStore] = []
 
     @contextlib.contextmanager
-    def new_worker() -> Iterator[None]:
+    def new_worker(**options: Any) -> Iterator[None]:
         """A store that has seen none of the keys, as in a worker the task was redelivered to."""
-        fresh.append(effectq.RedisStore(client, namespace=namespace))
+        fresh.append(effectq.RedisStore(client, namespace=namespace, **options))
         try:
             yield
         finally:
             fresh.pop().close()
 
-    def redelivered(i: int) -> None:
-        with effectq.run(f"one-{tag}-{i}", store=fresh[-1]) as again:
+    def new_polling_worker() -> contextlib.AbstractContextManager[None]:
+        return new_worker(poll_replies=POLL)
+
+    def redelivered(i: int, runs: str = "one") -> None:
+        with effectq.run(f"{runs}-{tag}-{i}", store=fresh[-1]) as again:
             send(i)
         assert again.stats.replayed == 1, again.stats
+
+    def redelivered_polling(i: int) -> None:
+        redelivered(i, "polled")
 
     def floor_first(i: int) -> None:
         client.set(f"floor:{tag}:{i}", b"1", nx=True)
@@ -133,31 +147,41 @@ def _child(url: str, n: int) -> dict[str, Any]:
         fresh[-1].claim(bare_keys[i], replay_requests[i])
 
     task(store)(-1)  # the scripts loaded, the connection made
-    first = interleave({FIRST_FLOOR: floor_first, FIRST: task(store), FIRST_STORE: store_first}, n)
+    firsts: dict[str, Callable[[int], Any]] = {FIRST_FLOOR: floor_first, FIRST: task(store)}
+    replays: dict[str, Callable[[int], Any]] = {
+        REPLAY_FLOOR: lambda i: client.get(f"floor:{tag}:{i}"),
+        REPLAY: redelivered,
+    }
+    counting: list[tuple[str, Callable[[int], Any], Callable[[], contextlib.AbstractContextManager[Any]]]] = [
+        (FIRST_FLOOR, floor_first, contextlib.nullcontext),
+        (FIRST, task(store), contextlib.nullcontext),
+        (REPLAY_FLOOR, replays[REPLAY_FLOOR], contextlib.nullcontext),
+        (REPLAY, redelivered, new_worker),
+    ]
+    if polled is not None:
+        task(polled, "polled")(-1)
+        firsts[FIRST_POLLED] = task(polled, "polled")
+        replays[REPLAY_POLLED] = redelivered_polling
+        counting += [
+            (FIRST_POLLED, firsts[FIRST_POLLED], contextlib.nullcontext),
+            (REPLAY_POLLED, redelivered_polling, new_polling_worker),
+        ]
+    firsts[FIRST_STORE], replays[REPLAY_STORE] = store_first, store_replay
+    counting += [(FIRST_STORE, store_first, contextlib.nullcontext), (REPLAY_STORE, store_replay, new_worker)]
+    first = interleave(firsts, n)
     replay = interleave(
-        {
-            REPLAY_FLOOR: lambda i: client.get(f"floor:{tag}:{i}"),
-            REPLAY: redelivered,
-            REPLAY_STORE: store_replay,
-        },
-        n,
-        around={REPLAY: new_worker, REPLAY_STORE: new_worker},
+        replays, n, around={REPLAY: new_worker, REPLAY_POLLED: new_polling_worker, REPLAY_STORE: new_worker}
     )
     trips: dict[str, float] = {}
     counted = range(n, n + COUNTED)
-    for name, call, around in (
-        (FIRST_FLOOR, floor_first, contextlib.nullcontext),
-        (FIRST, task(store), contextlib.nullcontext),
-        (FIRST_STORE, store_first, contextlib.nullcontext),
-        (REPLAY_FLOOR, lambda i: client.get(f"floor:{tag}:{i}"), contextlib.nullcontext),
-        (REPLAY, redelivered, new_worker),
-        (REPLAY_STORE, store_replay, new_worker),
-    ):
+    for name, call, around in counting:
         with around(), RoundTrips() as counter:
             for i in counted:
                 call(i)
         trips[name] = counter.count / COUNTED
     store.close()
+    if polled is not None:
+        polled.close()
     client.close()
     return {
         "first": {name: s.samples for name, s in first.items()},

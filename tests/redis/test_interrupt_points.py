@@ -133,17 +133,23 @@ RAISED: dict[str, Callable[[], BaseException]] = {
 }
 
 
-@pytest.mark.parametrize("raised", list(RAISED))
+@pytest.mark.parametrize(
+    ("raised", "options"),
+    [("soft time limit", {}), ("base exception", {}), ("base exception", {"poll_replies": 1e-6})],
+    ids=["soft time limit", "base exception", "base exception, polling for replies"],
+)
 def test_an_interrupt_at_any_point_of_a_call_loses_no_connection(
-    redis_url: str, namespace: str, raised: str
+    redis_url: str, namespace: str, raised: str, options: dict[str, Any]
 ) -> None:
     """On a pool of ONE connection, the calls an effect makes are interrupted at each point in turn
     (the first call takes the connection from the pool, later ones reuse it): after each, the
     same calls run again without running out of connections, and once the store is closed the
-    pool hands its one connection out again."""
+    pool hands its one connection out again. A store that polls for its replies too (a budget
+    of 1 µs: one poll per reply, so that every pass meets the same points): an interrupt in the
+    polling leaves the connection as one in the read does."""
     counted = Points(None, RAISED[raised])
     client = redis.Redis.from_url(redis_url, max_connections=1)
-    store = effectq.RedisStore(client, namespace=namespace)
+    store = effectq.RedisStore(client, namespace=namespace, **options)
     with landing(counted):
         _calls(store, "k-0", 0)
         _calls(store, "k-0", 1)
@@ -154,7 +160,7 @@ def test_an_interrupt_at_any_point_of_a_call_loses_no_connection(
     landed = 0
     for at in range(1, counted.seen + 1):
         client = redis.Redis.from_url(redis_url, max_connections=1)
-        store = effectq.RedisStore(client, namespace=namespace)
+        store = effectq.RedisStore(client, namespace=namespace, **options)
         key = f"k-{at}"
         try:
             with landing(Points(at, RAISED[raised])):

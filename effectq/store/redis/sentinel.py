@@ -121,10 +121,10 @@ class SentinelLane(Lane):
     other address than the primary the pool last found is closed when taken.
     """
 
-    def __init__(self, pool: Any, pool_args: tuple[str, ...] | None = None) -> None:
+    def __init__(self, pool: Any, pool_args: tuple[str, ...] | None = None, *, poll: float = 0.0) -> None:
         import redis
 
-        super().__init__(pool, pool_args)
+        super().__init__(pool, pool_args, poll=poll)
         self._readonly = redis.exceptions.ReadOnlyError
         self._read = reply_reader(redis.connection.Connection)
         """One reply, read as by any redis-py connection: ``SentinelManagedConnection`` would turn
@@ -177,7 +177,7 @@ class SentinelLane(Lane):
         return super()._ready(conn, kind)
 
 
-def sentinel_lane_for(client: Any) -> SentinelLane | None:
+def sentinel_lane_for(client: Any, *, poll: float = 0.0) -> SentinelLane | None:
     """A :class:`SentinelLane` for a plain ``redis.Redis`` on the primary's
     ``SentinelConnectionPool`` (``Sentinel.master_for``), else None: what
     :func:`~effectq.store.redis.wire.sync.lane_for` refuses, other clients included, stays
@@ -192,4 +192,4 @@ def sentinel_lane_for(client: Any) -> SentinelLane | None:
     kind = pool.connection_class
     if not (isinstance(kind, type) and issubclass(kind, SentinelManagedConnection)):
         return None
-    return SentinelLane(pool)
+    return SentinelLane(pool, poll=poll)

@@ -53,6 +53,8 @@ __all__ = ["RedisStore"]
 
 log = logging.getLogger("effectq.store")
 
+MAX_POLL = 0.01
+"""The longest ``poll_replies`` takes: a reply that takes longer is not worth a core's polling."""
 _STORED = ResultState.STORED  # read on every completion: a global, not an Enum class's attribute
 
 
@@ -79,6 +81,13 @@ class RedisStore(KeyLayout, ScriptCalls, AsyncScripts, RecordReads, RedisOperati
         via_execute_command: send the scripts through redis-py's ``Redis.execute_command``,
             which APM's Redis instrumentation wraps, rather than effectq's own wire, which it
             cannot see; slower (no pipelined completions): see ``docs/operations.md``.
+        poll_replies: wait for each reply of the synchronous wire by polling its socket for up
+            to this long (seconds or a timedelta; at most 0.01) before sleeping in the read. On
+            a virtual machine whose idle CPU is slow to wake, a round trip then costs a fraction
+            of what it does asleep; the waiting thread spends its CPU for as long as it polls.
+            Worth it where each worker has a core (solo, or prefork with a process per core);
+            not under gevent or eventlet, whose sockets are never polled. 0, the default,
+            sleeps at once. See ``docs/operations.md``.
 
     Example:
         >>> store = RedisStore.from_url("redis://127.0.0.1:6379/0", namespace="shop")
@@ -95,7 +104,14 @@ class RedisStore(KeyLayout, ScriptCalls, AsyncScripts, RecordReads, RedisOperati
         wait_replicas: int = 0,
         replica_timeout: Duration = 1.0,
         via_execute_command: bool = False,
+        poll_replies: Duration = 0,
     ) -> None:
+        poll = seconds(poll_replies, option="poll_replies", allow_zero=True)
+        if poll > MAX_POLL:
+            raise ConfigurationError(
+                f"poll_replies is how long to wait for one reply by polling, at most {MAX_POLL:g} s "
+                f"(a few hundred microseconds is typical), not {poll_replies!r}"
+            )
         if type(via_execute_command) is not bool:
             raise ConfigurationError(
                 f"via_execute_command must be True or False, not {via_execute_command!r}"
@@ -116,7 +132,11 @@ class RedisStore(KeyLayout, ScriptCalls, AsyncScripts, RecordReads, RedisOperati
         self._publish = "s" if self._sharded else ""
         self._sources = {name: lua(name) for name in SCRIPTS}
         self._scripts = {name: client.register_script(source) for name, source in self._sources.items()}
-        self._lane = None if via_execute_command else lane_for(client) or sentinel_lane_for(client)
+        self._lane = (
+            None
+            if via_execute_command
+            else lane_for(client, poll=poll) or sentinel_lane_for(client, poll=poll)
+        )
         self._async_lane = None if self._wait_replicas else async_lane_for(client, self._lane)
         self._peer = peer_of(client)
         self._on_loop = None
@@ -139,6 +159,7 @@ class RedisStore(KeyLayout, ScriptCalls, AsyncScripts, RecordReads, RedisOperati
         wait_replicas: int = 0,
         replica_timeout: Duration = 1.0,
         via_execute_command: bool = False,
+        poll_replies: Duration = 0,
         **kwargs: Any,
     ) -> RedisStore:
         """Build a store from a ``redis://``, ``rediss://`` or ``unix://`` URL, or a cluster or
@@ -165,6 +186,7 @@ class RedisStore(KeyLayout, ScriptCalls, AsyncScripts, RecordReads, RedisOperati
             wait_replicas=wait_replicas,
             replica_timeout=replica_timeout,
             via_execute_command=via_execute_command,
+            poll_replies=poll_replies,
         )
 
     @classmethod

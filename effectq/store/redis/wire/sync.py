@@ -40,6 +40,7 @@ from .clients import pool_args as _pool_args
 from .clients import served_pool
 from .frames import command as _command
 from .frames import frame as frame_script
+from .polling import await_readable
 from .posted import (
     MAX_PENDING,
     OnReply,
@@ -96,11 +97,14 @@ class Lane:
         pool: the client's ``redis.ConnectionPool``.
         pool_args: what this redis-py's ``get_connection`` needs (old ones want a command name);
             found out by default.
+        poll: seconds to wait for each exchange's first reply by polling its socket before the
+            read sleeps in it (see :mod:`.polling`); 0, the default, sleeps at once.
     """
 
-    def __init__(self, pool: Any, pool_args: tuple[str, ...] | None = None) -> None:
+    def __init__(self, pool: Any, pool_args: tuple[str, ...] | None = None, *, poll: float = 0.0) -> None:
         import redis
 
+        self._poll = poll
         self._pool = pool
         self._pool_args = _pool_args(pool) if pool_args is None else pool_args
         self._idle: tuple[Any, ...] = ()
@@ -247,6 +251,8 @@ class Lane:
         (``pool.disconnect()``, a client's ``close()``), or opened again, has lost them."""
         if socket_of(conn) is not sock:
             raise lost(conn, self._connection_error)
+        if self._poll:
+            await_readable(sock, self._poll)
         return [self._read(conn) for _ in pending]
 
     def _rerun_unloaded(self, conn: Any, pending: Pending, replies: list[Any], first: int) -> None:
@@ -434,20 +440,22 @@ class Lane:
 
     def _send(self, conn: Any, frame: bytes) -> Any:
         self._write(conn, frame)
+        if self._poll:
+            await_readable(socket_of(conn), self._poll)
         return self._read(conn)
 
     def _send_pair(self, conn: Any, frame: bytes) -> tuple[Any, Any]:
         """Two commands written at once; both replies read, so none is left on the socket."""
-        self._write(conn, frame)
-        return self._read_pair(conn)
+        first = self._send(conn, frame)
+        return first, self._read(conn)
 
     def _read_pair(self, conn: Any) -> tuple[Any, Any]:
         first = self._read(conn)
         return first, self._read(conn)
 
 
-def lane_for(client: Any) -> Lane | None:
+def lane_for(client: Any, *, poll: float = 0.0) -> Lane | None:
     """A lane for a client the wire serves (a plain ``redis.Redis`` on a ``redis.ConnectionPool``:
-    see :func:`~.clients.served_pool`), else None."""
+    see :func:`~.clients.served_pool`), else None. ``poll``: see :class:`Lane`."""
     pool = served_pool(client)
-    return None if pool is None else Lane(pool)
+    return None if pool is None else Lane(pool, poll=poll)
