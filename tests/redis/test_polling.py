@@ -112,3 +112,10 @@ def test_only_a_standard_library_socket_is_polled(monkeypatch: pytest.MonkeyPatc
         other.sendall(b"+OK\r\n")
         polling.await_readable(one, 0.01)
     assert len(polled) == 1, "a socket of another class was polled"
+
+
+def test_poll_replies_is_refused_where_the_scripts_go_through_redis_py(redis_client: redis.Redis) -> None:
+    """Only effectq's own wire polls: a budget it would silently ignore is an error, not a no-op."""
+    with pytest.raises(effectq.ConfigurationError, match="poll_replies"):
+        effectq.RedisStore(redis_client, via_execute_command=True, poll_replies=0.0002)
+    effectq.RedisStore(redis_client, via_execute_command=True, poll_replies=0).close()  # nothing asked

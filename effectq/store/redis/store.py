@@ -87,7 +87,8 @@ class RedisStore(KeyLayout, ScriptCalls, AsyncScripts, RecordReads, RedisOperati
             of what it does asleep; the waiting thread spends its CPU for as long as it polls.
             Worth it where each worker has a core (solo, or prefork with a process per core);
             not under gevent or eventlet, whose sockets are never polled. 0, the default,
-            sleeps at once. See ``docs/operations.md``.
+            sleeps at once; refused where the scripts go through redis-py's commands
+            (``via_execute_command``, Cluster). See ``docs/operations.md``.
 
     Example:
         >>> store = RedisStore.from_url("redis://127.0.0.1:6379/0", namespace="shop")
@@ -137,6 +138,12 @@ class RedisStore(KeyLayout, ScriptCalls, AsyncScripts, RecordReads, RedisOperati
             if via_execute_command
             else lane_for(client, poll=poll) or sentinel_lane_for(client, poll=poll)
         )
+        if poll and self._lane is None:
+            raise ConfigurationError(
+                "poll_replies needs effectq's own wire, and this store's scripts go through "
+                "redis-py's commands (via_execute_command=True, a Cluster client or a client of "
+                "another kind), which do not poll: leave poll_replies out"
+            )
         self._async_lane = None if self._wait_replicas else async_lane_for(client, self._lane)
         self._peer = peer_of(client)
         self._on_loop = None
