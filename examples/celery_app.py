@@ -19,7 +19,7 @@ import time
 from celery import Celery
 
 import effectq.celery
-from examples.shop import REDIS, charge, email_receipt
+from examples.shop import PAUSE, REDIS, charge, email_receipt
 
 BROKER = os.environ.get("EXAMPLE_BROKER", REDIS)
 
@@ -37,7 +37,7 @@ effectq.celery.install(app, REDIS, namespace="example-shop")  # the one line eff
 def fulfil(self: object, order_id: int) -> str:
     """Charge, wait a little (kill the worker now), then send the receipt."""
     charge_id = charge(order_id, 1999)
-    time.sleep(5)
+    time.sleep(PAUSE)
     email_receipt(order_id, charge_id)
     return charge_id
 

@@ -20,7 +20,7 @@ import dramatiq
 from dramatiq.brokers.rabbitmq import RabbitmqBroker
 
 from effectq.dramatiq import EffectMiddleware
-from examples.shop import REDIS, charge, email_receipt
+from examples.shop import PAUSE, REDIS, charge, email_receipt
 
 AMQP = os.environ.get("EXAMPLE_AMQP", "amqp://guest:guest@127.0.0.1:5672/%2F")
 
@@ -33,7 +33,7 @@ dramatiq.set_broker(broker)
 def fulfil(order_id: int) -> None:
     """Charge, wait a little (kill the worker now), then send the receipt."""
     charge_id = charge(order_id, 1999)
-    time.sleep(5)
+    time.sleep(PAUSE)
     email_receipt(order_id, charge_id)
 
 

@@ -1,7 +1,8 @@
 """The effects both example apps share: a charge and a receipt, applied to a Redis list.
 
 ``examples:outbox`` plays the payment provider and the mailer; read it with
-``redis-cli lrange examples:outbox 0 -1``.
+``redis-cli lrange examples:outbox 0 -1``. A task waits ``EXAMPLE_PAUSE`` seconds (5 unless set)
+between the two, time to kill its worker.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import redis
 import effectq
 
 REDIS = os.environ.get("EXAMPLE_REDIS", "redis://127.0.0.1:6379/0")
+PAUSE = float(os.environ.get("EXAMPLE_PAUSE", "5"))
+"""Seconds a task waits between the charge and the receipt: time to kill its worker."""
 
 outbox = redis.Redis.from_url(REDIS)
 

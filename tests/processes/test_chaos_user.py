@@ -47,16 +47,19 @@ def test_send_templates_fill_the_task_number_and_a_unique_number() -> None:
 @pytest.mark.timeout(300)
 def test_the_celery_example_unchanged_under_sigkills(tmp_path: Path) -> None:
     """examples/celery_app.py (on RabbitMQ, as its EXAMPLE_BROKER allows): each order's charge and
-    receipt counted once by effectq's events across the redeliveries the SIGKILLs caused."""
+    receipt counted once by effectq's events across the redeliveries the SIGKILLs caused. The
+    example's pause between them is 1 s here (EXAMPLE_PAUSE), the kills 1.5-3 s apart: as with its
+    own 5 s, a kill lands between the charge and the receipt."""
     report = _chaos(
         tmp_path,
-        *("--app", "examples.celery_app", "--send", "shop.fulfil({unique})", "--tasks", "4"),
-        *("--kill-every", "3:5", "--target", "busy"),
+        *("--app", "examples.celery_app", "--send", "shop.fulfil({unique})", "--tasks", "8"),
+        *("--kill-every", "1.5:3", "--target", "busy"),
         EXAMPLE_BROKER=AMQP_URL,
+        EXAMPLE_PAUSE="1",
     )
     assert report["configuration"] == "celery-rabbitmq" and report["scenario"] == "examples.celery_app"
     assert report["kills"] and report["redeliveries"], report
-    assert (report["applications"], report["duplicates"], report["not_done"]) == (8, 0, 0), report
+    assert (report["applications"], report["duplicates"], report["not_done"]) == (16, 0, 0), report
 
 
 @pytest.mark.slow
@@ -65,9 +68,10 @@ def test_the_dramatiq_example_unchanged_under_sigkills(tmp_path: Path) -> None:
     """examples/dramatiq_app.py: the same, with the actor's own queue."""
     report = _chaos(
         tmp_path,
-        *("--app", "examples.dramatiq_app", "--send", "fulfil({unique})", "--tasks", "4"),
-        *("--kill-every", "3:5", "--target", "busy"),
+        *("--app", "examples.dramatiq_app", "--send", "fulfil({unique})", "--tasks", "8"),
+        *("--kill-every", "1.5:3", "--target", "busy"),
+        EXAMPLE_PAUSE="1",
     )
     assert report["configuration"] == "dramatiq-rabbitmq"
     assert report["kills"] and report["redeliveries"], report
-    assert (report["applications"], report["duplicates"], report["not_done"]) == (8, 0, 0), report
+    assert (report["applications"], report["duplicates"], report["not_done"]) == (16, 0, 0), report
