@@ -16,11 +16,13 @@ round trip. Then the common task, one effect that does nothing, under each layer
 floor's two SETs, and no layer.
 
     python bench/e2e.py [--tasks 600] [--redis-url URL]
+    python bench/e2e.py --one-effect        # only the one-effect task's rows
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import subprocess
 import sys
@@ -133,13 +135,16 @@ def measure(url: str, tasks: int, rounds: int = 3) -> dict[str, Any]:
             for ms in (0.0, 2.0, 10.0)
         },
         "prefork": _measure(url, tasks, rounds, 0.0, PREFORK, every),
-        "one effect": {
-            pool: _measure(
-                url, tasks, rounds, 0.0, flags, ("none", "effectq", "effectq-polling", "floor"), effects=1
-            )
-            for pool, flags in (("solo", SOLO), ("prefork, 2", PREFORK))
-        },
+        "one effect": one_effect(url, tasks),
         "wake": _wake_up(url),
+    }
+
+
+def one_effect(url: str, tasks: int) -> dict[str, dict[str, Any]]:
+    """The one-effect rows alone (``--one-effect``): each pool, each layer."""
+    layers = ("none", "effectq", "effectq-polling", "floor")
+    return {
+        pool: _paired(url, tasks, flags, layers) for pool, flags in (("solo", SOLO), ("prefork, 2", PREFORK))
     }
 
 
@@ -199,9 +204,89 @@ def _measure(
     return {layer: sorted(found)[len(found) // 2] for layer, found in rates.items()}
 
 
+def _paired(
+    url: str, tasks: int, pool: tuple[str, ...], layers: tuple[str, ...], rounds: int = 8
+) -> dict[str, Any]:
+    """The one-effect task under each layer: short batches, ratios paired by round, CPU per task.
+
+    A ratio of two medians taken minutes apart swings with the machine. Here each round runs every
+    layer's batch back to back (the order reversed every other round, so neither side always goes
+    first), each round gives its own effectq / layer ratio, and the figure is the median of those,
+    with their range. Beside it, the CPU each task costs, which noise on a shared machine moves far
+    less than throughput: in the worker (its processes' threads, from /proc) and in Redis (INFO
+    cpu; with ``--redis-url`` another client's work counts too).
+    """
+    tag = uuid.uuid4().hex[:6]
+    queues = {layer: f"{layer}-{tag}" for layer in layers}
+    workers = {layer: _worker(url, queue, layer, 0.0, pool, 1) for layer, queue in queues.items()}
+    rates: dict[str, list[float]] = {layer: [] for layer in layers}
+    cpu = {layer: [0.0, 0.0] for layer in layers}  # seconds: the worker's, Redis'
+    client = redis.Redis.from_url(url)
+    per_round = max(1, tasks // rounds)
+    try:
+        for layer in layers:  # warm up: imports, connections, scripts
+            _batch(url, queues[layer], 10)
+        for n in range(rounds):
+            for layer in layers if n % 2 == 0 else layers[::-1]:
+                worker, server = _cpu_seconds(workers[layer].pid), _redis_cpu(client)
+                rates[layer].append(_batch(url, queues[layer], per_round))
+                cpu[layer][0] += _cpu_seconds(workers[layer].pid) - worker
+                cpu[layer][1] += _redis_cpu(client) - server
+    finally:
+        for proc in workers.values():
+            proc.terminate()
+            proc.wait(30)
+    for pattern in (f"effectq:{{bench-effectq-{tag}*", f"*-{tag}*"):
+        for key in client.scan_iter(match=pattern, count=1000):
+            client.delete(key)
+    client.close()
+    done = per_round * rounds
+    return {
+        layer: {
+            "rate": _median(rates[layer]),
+            "ratios": sorted(
+                mine / theirs for mine, theirs in zip(rates["effectq"], rates[layer], strict=True)
+            ),
+            "worker_us": cpu[layer][0] / done * 1e6,
+            "redis_us": cpu[layer][1] / done * 1e6,
+        }
+        for layer in layers
+    }
+
+
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+
+
+def _cpu_seconds(pid: int) -> float:
+    """CPU time of a worker and its pool's processes, every thread, from /proc (Linux)."""
+    total = 0
+    for process in [pid, *_children(pid)]:
+        for path in Path(f"/proc/{process}/task").glob("*/schedstat"):
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                total += int(path.read_text().split()[0])  # ns on the CPU
+    return total / 1e9
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        return [int(child) for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+
+
+def _redis_cpu(client: redis.Redis) -> float:
+    info = client.info("cpu")
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+
 def report(r: dict[str, Any]) -> str:
     if "skipped" in r:
         return f"### End to end (Celery)\n\nskipped: {r['skipped']}"
+    if "work" not in r:
+        return _one_effect_report(r)
     rows: list[tuple[object, ...]] = []
     for ms, rates in r["work"].items():
         what = "effects that do nothing" if not ms else f"effects taking {ms:g} ms each"
@@ -258,22 +343,37 @@ def report(r: dict[str, Any]) -> str:
         " makes effectq safe (no fencing token, no lease renewal, no unknown after a crash)."
         " Powertools' first-time path is as many round trips, with more Python.",
     ]
-    if "one effect" in r:
-        out += [
-            "",
+    return "\n".join([*out, "", _one_effect_report(r)])
+
+
+def _one_effect_report(r: dict[str, Any]) -> str:
+    return "\n".join(
+        [
             f"### End to end: a Celery task with one effect that does nothing ({r['tasks']} tasks per"
             " figure, median of rounds)",
             "",
             table(
-                ["pool", "layer", "tasks/s", "ratio to no layer", "effectq / layer"],
-                _layers(*r["one effect"].items()),
+                [
+                    "pool",
+                    "layer",
+                    "tasks/s",
+                    "effectq / layer, median of rounds",
+                    "range",
+                    "worker CPU µs/task",
+                    "Redis CPU µs/task",
+                ],
+                _paired_rows(r["one effect"]),
             ),
             "",
             "The task most Celery tasks are: one side effect. effectq waits for its claim, writes its"
             " completion as the effect returns and reads that reply as the task ends, before the"
-            " task is acknowledged; the floor layer waits for its two SETs.",
+            " task is acknowledged; the floor layer waits for its two SETs. Each round runs every"
+            " layer's batch back to back, the order reversed every other round; the ratio is the"
+            " median of the rounds' own ratios, the range their lowest and highest. CPU per task is"
+            " the worker's processes' (every thread) and Redis', summed over the rounds: on a shared"
+            " machine it moves far less than throughput, and on a busy pool it is what sets the pace.",
         ]
-    return "\n".join(out)
+    )
 
 
 def _layers(*pools: tuple[str, dict[str, float] | None]) -> list[tuple[object, ...]]:
@@ -287,13 +387,28 @@ def _layers(*pools: tuple[str, dict[str, float] | None]) -> list[tuple[object, .
     return rows
 
 
+def _paired_rows(pools: dict[str, dict[str, Any]]) -> list[tuple[object, ...]]:
+    rows: list[tuple[object, ...]] = []
+    for pool, layers in pools.items():
+        for layer, got in layers.items():
+            ratios = got["ratios"]
+            mine = "—" if layer == "effectq" else _median(ratios)
+            spread = "—" if layer == "effectq" else f"{ratios[0]:.2f}–{ratios[-1]:.2f}"
+            rows.append((pool, LABELS[layer], got["rate"], mine, spread, got["worker_us"], got["redis_us"]))
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", type=int, default=600)
     parser.add_argument("--redis-url")
+    parser.add_argument("--one-effect", action="store_true", help="only the one-effect task's rows")
     args = parser.parse_args()
     with redis_server(args.redis_url) as url:
-        print(report(measure(url, args.tasks)))
+        if args.one_effect:
+            print(report({"tasks": args.tasks, "one effect": one_effect(url, args.tasks)}))
+        else:
+            print(report(measure(url, args.tasks)))
 
 
 if __name__ == "__main__":
