@@ -20,6 +20,7 @@ from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 from pydantic.errors import PydanticSchemaGenerationError
+from pydantic_core import SchemaValidator
 
 from .errors import ConfigurationError
 from .options import NOTHING, Redact, is_time_limit
@@ -71,7 +72,7 @@ def result_annotation(fn: Callable[..., Any], *, name: str) -> Any:
 class ResultCodec:
     """Encodes results to JSON bytes and back, for one effect."""
 
-    __slots__ = ("_adapter", "_name", "_redact")
+    __slots__ = ("_adapter", "_name", "_redact", "decode")
 
     def __init__(self, annotation: Any, *, name: str, redact: Redact = None) -> None:
         self._name = name
@@ -84,6 +85,13 @@ class ResultCodec:
                 f"annotate the return as a pydantic model, a dataclass or JSON types, or pass "
                 f"result_type=..."
             ) from exc
+        validator = self._adapter.validator  # a mock until built, for a deferred schema
+        self.decode: Callable[[bytes], Any] = (
+            validator.validate_json if isinstance(validator, SchemaValidator) else self._adapter.validate_json
+        )
+        """The recorded result, validated as the return type (raises ValidationError): the
+        validator's own method, as ``TypeAdapter.validate_json`` calls it with no options, without
+        the calls around it (every replay decodes)."""
 
     def encode(self, value: Any, limit: int) -> tuple[bytes | None, ResultState, str]:
         """Bytes to record, their state, and why they were not stored (if not)."""
@@ -118,10 +126,6 @@ class ResultCodec:
         if len(data) > limit:
             return None, ResultState.TOO_LARGE, f"{len(data)} bytes over the {limit}-byte bound"
         return data, ResultState.STORED, ""
-
-    def decode(self, data: bytes) -> Any:
-        """The recorded result, validated as the return type (raises ValidationError)."""
-        return self._adapter.validate_json(data)
 
     def coerce(self, value: Any) -> Any:
         """A value found by reconcile, validated as the return type."""

@@ -72,10 +72,11 @@ class KeyLayout:
         run can fetch them all at once; any other key in its own bucket. The rule
         reads the key alone, so an operator holding only the key finds the record.
         """
-        layout = self._layouts.get(key)
+        layouts = self._layouts
+        layout = layouts.get(key)
         if layout is None:
-            if len(self._layouts) >= 4096:
-                self._layouts.clear()
+            if len(layouts) >= 4096:
+                layouts.clear()
             head = sha256(self._digest_prefix + key.encode()).digest()[:16]  # key_digest's bytes
             digest = head.hex()
             parts = split_default_key(key)
@@ -85,7 +86,7 @@ class KeyLayout:
             else:
                 index, tag, open_key, unknown_key = self._run_bucket(parts[0])
                 layout = Layout((f"{tag}:{digest}", open_key, unknown_key, index), head)
-            self._layouts[key] = layout
+            layouts[key] = layout
         return layout
 
     def _run_bucket(self, run_id: str) -> tuple[str, str, str, str]:
@@ -95,7 +96,7 @@ class KeyLayout:
             if len(self._runs) >= 1024:
                 self._runs.clear()
             run_digest = sha256(self._digest_prefix + run_id.encode()).hexdigest()  # key_digest's
-            tag, open_key, unknown_key = self._bucket(run_digest)
+            tag, open_key, unknown_key = self._buckets.get(run_digest[:2]) or self._bucket(run_digest)
             found = self._runs[run_id] = (f"{tag}:run:{run_digest[2:34]}", tag, open_key, unknown_key)
         return found
 

@@ -230,21 +230,24 @@ def decode_hash(key: str, fields: dict[bytes, bytes], pttl: int) -> Record:
 
 def completed_claim(key: str, packed: bytes, hint: list[Any] | None = None) -> Claim:
     """A COMPLETED claim from a packed record (complete.lua has the layout), or a clear error."""
-    parts = packed.split(b"\n", 10)
-    if len(parts) != 11 or parts[0] != b"c1" or not parts[1].isdigit() or not parts[2].isdigit():
+    try:  # the fields by name at once, not eleven lookups of a list
+        version, token, attempt, stored, _, _, _, _, input_hash, _, result = packed.split(b"\n", 10)
+    except ValueError:  # not eleven fields
+        version = b""
+    if version != b"c1" or not token.isdigit() or not attempt.isdigit():
         raise CorruptRecordError(key, "a string that is not a packed completed record")
-    state = RESULT_STATES.get(parts[3])
+    state = RESULT_STATES.get(stored)
     if state is None:
-        raise CorruptRecordError(key, f"result state {text(parts[3])!r}")
+        raise CorruptRecordError(key, f"result state {text(stored)!r}")
     return Claim(  # positional, in Claim's field order: every replay reads one
         _COMPLETED_KIND,  # kind
-        int(parts[1]),  # token
-        int(parts[2]),  # attempt
+        int(token),  # token
+        int(attempt),  # attempt
         _COMPLETED,  # status
         0,  # lease_ms
-        parts[10] if state is _STORED else None,  # result
+        result if state is _STORED else None,  # result
         state,  # result_state
-        parts[8].decode("utf-8", "replace"),  # input_hash
+        input_hash.decode("utf-8", "replace"),  # input_hash
         "",  # error
         "",  # owner
         hint,  # prefetch_hint
