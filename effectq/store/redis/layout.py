@@ -96,7 +96,7 @@ class KeyLayout:
             if len(self._runs) >= 1024:
                 self._runs.clear()
             run_digest = sha256(self._digest_prefix + run_id.encode()).hexdigest()  # key_digest's
-            tag, open_key, unknown_key = self._buckets.get(run_digest[:2]) or self._bucket(run_digest)
+            tag, open_key, unknown_key = self._bucket(run_digest)
             found = self._runs[run_id] = (f"{tag}:run:{run_digest[2:34]}", tag, open_key, unknown_key)
         return found
 

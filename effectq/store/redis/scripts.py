@@ -39,6 +39,9 @@ SCRIPTS = (
     "purge",
 )
 RETRY_SAFE = frozenset({"claim", "complete", "fail", "dispatch", "renew", "resolve", "read"})
+"""Scripts that may run twice: a retried claim of the same owner gets its grant back, a
+completion, failure, dispatch or renewal of the same token is idempotent, a resolve finding the record
+settled as it asks reports it settled, a read writes nothing."""
 
 
 def claim_flags(can_reconcile: Any, replay_safe: Any, reconcile_first: Any, prefetch: Any) -> str:
@@ -53,9 +56,6 @@ def claim_flags(can_reconcile: Any, replay_safe: Any, reconcile_first: Any, pref
 
 CLAIM_FLAGS = {asked: claim_flags(*asked) for asked in itertools.product((False, True), repeat=4)}
 """claim_flags of every request whose options are bools, worked out once (every claim asks)."""
-"""Scripts that may run twice: a retried claim of the same owner gets its grant back, a
-completion, failure, dispatch or renewal of the same token is idempotent, a resolve finding the record
-settled as it asks reports it settled, a read writes nothing."""
 
 
 def lua(name: str) -> str:
