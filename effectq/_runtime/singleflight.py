@@ -14,6 +14,7 @@ caller after the leader would.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import threading
 import time
@@ -52,12 +53,12 @@ class Flight:
 
     def wait(self, timeout: float) -> bool:
         """Block until landed (True) or ``timeout`` passes (False)."""
-        with flights.lock:
-            if self.done:
-                return True
+        with flights.lock:  # among followers: one event, made once
             if self._event is None:
                 self._event = threading.Event()
             event = self._event
+        if self.done:  # looked at once the event is there: a landing sets it, or came before
+            return True
         return event.wait(timeout)
 
     async def wait_async(self, timeout: float) -> bool:
@@ -65,11 +66,11 @@ class Flight:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[None] = loop.create_future()
         with flights.lock:
-            if self.done:
-                return True
             if self._callbacks is None:
                 self._callbacks = []
             self._callbacks.append((loop, future))
+        if self.done:  # as in wait(): looked at once the future is there for a landing to settle
+            return True
         try:
             await asyncio.wait_for(asyncio.shield(future), timeout)
         except TimeoutError:
@@ -99,31 +100,37 @@ class _Flights:
         self._flights = {}
 
     def join(self, store: object, key: str, input_hash: str, owner: object) -> tuple[Flight, bool]:
-        """(the flight of ``key``, whether this caller leads it: then ``owner`` owns it)."""
+        """(the flight of ``key``, whether this caller leads it: then ``owner`` owns it).
+
+        No lock: the dict's ``setdefault`` finds or registers the flight in one step (its
+        keys hash and compare in C). A landing removes a flight under the lock, and only
+        its own, so a caller finds the flight that still runs or registers a new one."""
         ident = (id(store), key)
-        with self.lock:
-            flight = self._flights.get(ident)
-            if flight is not None:
-                return flight, False
-            flight = self._flights[ident] = Flight(ident, input_hash, owner)
-            return flight, True
+        flight = Flight(ident, input_hash, owner)
+        found = self._flights.setdefault(ident, flight)
+        return found, found is flight
 
     def land(self, flight: Flight, value: Any = None, error: BaseException | None = None) -> None:
         """Publish the leader's outcome and forget the flight (later callers ask the store).
 
-        Once landed, no follower waits on it any more: they find it done.
+        Once landed, no follower waits on it any more: they find it done. No lock: a follower
+        puts its event (or future) on the flight before it looks at ``done``, and this looks
+        at them after setting it, so each follower finds it done or is woken. Nothing here
+        calls out before ``done`` is set, so no signal handler's exception can land between
+        the flight's removal and its outcome.
         """
-        with self.lock:
-            ident = flight._ident
-            if self._flights.get(ident) is flight:  # not after a fork, which forgets every flight
-                del self._flights[ident]
-            flight.value, flight.error, flight.done = value, error, True
-            event, callbacks = flight._event, flight._callbacks
+        ident, registered = flight._ident, self._flights
+        if ident in registered and registered[ident] is flight:  # not after a fork, which forgets them
+            del registered[ident]
+        flight.value, flight.error = value, error
+        flight.done = True
+        event, callbacks = flight._event, flight._callbacks
         if event is not None:
             event.set()
         if callbacks is not None:
             for loop, future in callbacks:
-                loop.call_soon_threadsafe(_settle, future)
+                with contextlib.suppress(RuntimeError):  # its loop closed meanwhile
+                    loop.call_soon_threadsafe(_settle, future)
 
 
 flights = _Flights()
