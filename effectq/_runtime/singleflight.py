@@ -103,8 +103,8 @@ class _Flights:
         """(the flight of ``key``, whether this caller leads it: then ``owner`` owns it).
 
         No lock: the dict's ``setdefault`` finds or registers the flight in one step (its
-        keys hash and compare in C). A landing removes a flight under the lock, and only
-        its own, so a caller finds the flight that still runs or registers a new one."""
+        keys hash and compare in C). A landing removes only its own flight, so a caller
+        finds the flight that still runs or registers a new one."""
         ident = (id(store), key)
         flight = Flight(ident, input_hash, owner)
         found = self._flights.setdefault(ident, flight)
