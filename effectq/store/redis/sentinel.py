@@ -105,8 +105,8 @@ def sentinel_from_url(url: str, **kwargs: Any) -> Any:
     own = {name.removeprefix("sentinel_"): options.pop(name) for name in _OWN if options.get(name)}
     given = options.pop("sentinel_kwargs", None) or {}
     shared = {k: v for k, v in options.items() if k.startswith("socket_") or (tls and k.startswith("ssl"))}
-    watchers = Sentinel(sentinels, sentinel_kwargs={**shared, **own, **given})  # type: ignore[no-untyped-call]
-    return watchers.master_for(service, **options)  # type: ignore[no-untyped-call]
+    watchers = Sentinel(sentinels, sentinel_kwargs={**shared, **own, **given})  # type: ignore[no-untyped-call,unused-ignore]  # typed from redis-py 8.2
+    return watchers.master_for(service, **options)  # type: ignore[no-untyped-call,unused-ignore]  # typed from redis-py 8.2
 
 
 class SentinelLane(Lane):
