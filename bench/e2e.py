@@ -221,6 +221,7 @@ def _paired(
     workers = {layer: _worker(url, queue, layer, 0.0, pool, 1) for layer, queue in queues.items()}
     rates: dict[str, list[float]] = {layer: [] for layer in layers}
     cpu = {layer: [0.0, 0.0] for layer in layers}  # seconds: the worker's, Redis'
+    stolen = {layer: [0, 0] for layer in layers}  # the host's steal, all of the CPUs' time (ticks)
     client = redis.Redis.from_url(url)
     per_round = max(1, tasks // rounds)
     try:
@@ -228,10 +229,13 @@ def _paired(
             _batch(url, queues[layer], 10)
         for n in range(rounds):
             for layer in layers if n % 2 == 0 else layers[::-1]:
-                worker, server = _cpu_seconds(workers[layer].pid), _redis_cpu(client)
+                worker, server, host = _cpu_seconds(workers[layer].pid), _redis_cpu(client), _steal()
                 rates[layer].append(_batch(url, queues[layer], per_round))
                 cpu[layer][0] += _cpu_seconds(workers[layer].pid) - worker
                 cpu[layer][1] += _redis_cpu(client) - server
+                after = _steal()
+                stolen[layer][0] += after[0] - host[0]
+                stolen[layer][1] += after[1] - host[1]
     finally:
         for proc in workers.values():
             proc.terminate()
@@ -249,6 +253,7 @@ def _paired(
             ),
             "worker_us": cpu[layer][0] / done * 1e6,
             "redis_us": cpu[layer][1] / done * 1e6,
+            "stolen": stolen[layer][0] / stolen[layer][1] if stolen[layer][1] else 0.0,
         }
         for layer in layers
     }
@@ -275,6 +280,16 @@ def _children(pid: int) -> list[int]:
         return [int(child) for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
     except OSError:
         return []
+
+
+def _steal() -> tuple[int, int]:
+    """(steal, all) ticks of every CPU so far, from /proc/stat: what a virtual machine's host took."""
+    try:
+        with open("/proc/stat") as stat:
+            ticks = [int(n) for n in stat.readline().split()[1:]]
+    except (OSError, ValueError):
+        return 0, 0
+    return (ticks[7] if len(ticks) > 7 else 0), sum(ticks[:8])
 
 
 def _redis_cpu(client: redis.Redis) -> float:
@@ -361,6 +376,7 @@ def _one_effect_report(r: dict[str, Any]) -> str:
                     "range",
                     "worker CPU µs/task",
                     "Redis CPU µs/task",
+                    "host steal",
                 ],
                 _paired_rows(r["one effect"]),
             ),
@@ -371,7 +387,9 @@ def _one_effect_report(r: dict[str, Any]) -> str:
             " layer's batch back to back, the order reversed every other round; the ratio is the"
             " median of the rounds' own ratios, the range their lowest and highest. CPU per task is"
             " the worker's processes' (every thread) and Redis', summed over the rounds: on a shared"
-            " machine it moves far less than throughput, and on a busy pool it is what sets the pace.",
+            " machine it moves far less than throughput, and on a busy pool it is what sets the pace."
+            " Host steal is the share of the CPUs' time a virtual machine's host took during that"
+            " layer's batches (/proc/stat): where it is high or uneven, no figure of the row is sound.",
         ]
     )
 
@@ -394,7 +412,10 @@ def _paired_rows(pools: dict[str, dict[str, Any]]) -> list[tuple[object, ...]]:
             ratios = got["ratios"]
             mine = "—" if layer == "effectq" else _median(ratios)
             spread = "—" if layer == "effectq" else f"{ratios[0]:.2f}–{ratios[-1]:.2f}"
-            rows.append((pool, LABELS[layer], got["rate"], mine, spread, got["worker_us"], got["redis_us"]))
+            steal = f"{got['stolen']:.0%}"
+            rows.append(
+                (pool, LABELS[layer], got["rate"], mine, spread, got["worker_us"], got["redis_us"], steal)
+            )
     return rows
 
 
