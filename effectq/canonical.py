@@ -318,8 +318,17 @@ def _surrogate_at(node: Any, path: str) -> str | None:
     return None
 
 
-def _general(arguments: Mapping[str, Any], legacy: bool) -> tuple[bytes, bool]:
-    """The bytes of bound arguments under one scheme as a tree, and whether the other may differ."""
+def _canonical(arguments: Mapping[str, Any], legacy: bool) -> tuple[bytes, bool]:
+    """The bytes of bound arguments under one scheme, and whether the other may differ."""
+    for name, value in arguments.items():
+        if type(value) not in _SCALARS or not name.isascii():
+            break
+    else:  # already canonical, and the same under both schemes
+        text = tree_text(arguments)
+        try:
+            return text.encode("utf-8"), False
+        except UnicodeEncodeError:  # a lone surrogate: _utf8 says where
+            return _utf8(text, arguments), False
     tree: dict[str, Any] = {}
     special = False
     for name, value in arguments.items():
@@ -337,7 +346,7 @@ def canonical_arguments(arguments: Mapping[str, Any], *, legacy: bool = False) -
 
     ``legacy``: key scheme 1's bytes (effectq's before RFC 8785) instead of RFC 8785's.
     """
-    return key_bytes(arguments, legacy=legacy)[0]
+    return _canonical(arguments, legacy)[0]
 
 
 def key_bytes(arguments: Mapping[str, Any], *, legacy: bool = False) -> tuple[bytes, bytes | None]:
@@ -346,17 +355,8 @@ def key_bytes(arguments: Mapping[str, Any], *, legacy: bool = False) -> tuple[by
     The second is ``None`` for nearly every input: the schemes differ only for a few
     floats and member names (see the module's notes), and only then is it computed.
     """
-    for name, value in arguments.items():
-        if type(value) not in _SCALARS or not name.isascii():
-            break
-    else:  # already canonical, and the same under both schemes
-        text = tree_text(arguments)
-        try:
-            return text.encode("utf-8"), None
-        except UnicodeEncodeError:  # a lone surrogate: _utf8 says where
-            return _utf8(text, arguments), None
-    data, special = _general(arguments, legacy)
+    data, special = _canonical(arguments, legacy)
     if not special:
         return data, None
-    other = _general(arguments, not legacy)[0]
+    other = _canonical(arguments, not legacy)[0]
     return data, None if other == data else other

@@ -166,8 +166,7 @@ class Effect(StreamCalls, OutcomeCalls[P, R]):
         ordinal, seq = bound_run.next_ordinal(self.name)
         store = bound_run.store
         if options.key is None:
-            keyed = arguments if self._all_keyed else self._keyed(arguments)
-            data, other = key_bytes(keyed, legacy=legacy_keys())
+            data, other = key_bytes(self._keyed(arguments), legacy=legacy_keys())
             input_hash = sha256(data).hexdigest()
             key = default_key(bound_run.id, self.name, input_hash)
             if other is not None:  # the other key scheme's key differs: a record there is this call's

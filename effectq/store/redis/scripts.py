@@ -9,7 +9,6 @@ behind it when replicas must acknowledge the write. The async half is :mod:`.aio
 from __future__ import annotations
 
 import functools
-import itertools
 from collections.abc import Sequence
 from importlib import resources
 from typing import TYPE_CHECKING, Any
@@ -24,7 +23,7 @@ from .wire.sync import Lane
 if TYPE_CHECKING:
     import redis as _redis
 
-__all__ = ["CLAIM_FLAGS", "RETRY_SAFE", "SCRIPTS", "ScriptCalls", "claim_flags", "lua"]
+__all__ = ["RETRY_SAFE", "SCRIPTS", "ScriptCalls", "lua"]
 
 SCRIPTS = (
     "claim",
@@ -42,20 +41,6 @@ RETRY_SAFE = frozenset({"claim", "complete", "fail", "dispatch", "renew", "resol
 """Scripts that may run twice: a retried claim of the same owner gets its grant back, a
 completion, failure, dispatch or renewal of the same token is idempotent, a resolve finding the record
 settled as it asks reports it settled, a read writes nothing."""
-
-
-def claim_flags(can_reconcile: Any, replay_safe: Any, reconcile_first: Any, prefetch: Any) -> str:
-    """claim.lua's flags argument: a letter for each of a request's options that holds."""
-    return (
-        ("r" if can_reconcile else "")
-        + ("s" if replay_safe else "")
-        + ("f" if reconcile_first else "")
-        + ("i" if prefetch else "")
-    )
-
-
-CLAIM_FLAGS = {asked: claim_flags(*asked) for asked in itertools.product((False, True), repeat=4)}
-"""claim_flags of every request whose options are bools, worked out once (every claim asks)."""
 
 
 def lua(name: str) -> str:

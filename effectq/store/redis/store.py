@@ -39,7 +39,7 @@ from .layout import KeyLayout, Layout
 from .notify import Notifier
 from .reads import RecordReads
 from .replies import STATUS, decode_claim, text
-from .scripts import CLAIM_FLAGS, SCRIPTS, ScriptCalls, claim_flags, lua
+from .scripts import SCRIPTS, ScriptCalls, lua
 from .sentinel import sentinel_lane_for
 from .traced import peer_of, post_traced
 from .wire import sync
@@ -268,10 +268,12 @@ class RedisStore(KeyLayout, ScriptCalls, AsyncScripts, RecordReads, RedisOperati
 
     def _claim_args(self, key: str, request: ClaimRequest) -> tuple[Layout, list[Any]]:
         """claim.lua's layout and arguments, for either path."""
-        asked = (request.can_reconcile, request.replay_safe, request.reconcile_first, request.prefetch)
-        flags = CLAIM_FLAGS.get(asked)
-        if flags is None:  # an option that is not a bool
-            flags = claim_flags(*asked)
+        flags = (
+            ("r" if request.can_reconcile else "")
+            + ("s" if request.replay_safe else "")
+            + ("f" if request.reconcile_first else "")
+            + ("i" if request.prefetch else "")
+        )
         identity = f"{request.name}\n{request.run_id}\n{key}\n{request.input_hash}"  # h, ready to write
         if identity.count("\n") != 3:  # a part with a line break (effects check their parts;
             # a direct caller may not have)
