@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -247,7 +248,7 @@ def _paired(
     done = per_round * rounds
     return {
         layer: {
-            "rate": _median(rates[layer]),
+            "rate": statistics.median(rates[layer]),
             "ratios": sorted(
                 mine / theirs for mine, theirs in zip(rates["effectq"], rates[layer], strict=True)
             ),
@@ -257,12 +258,6 @@ def _paired(
         }
         for layer in layers
     }
-
-
-def _median(values: list[float]) -> float:
-    ordered = sorted(values)
-    middle = len(ordered) // 2
-    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -410,7 +405,7 @@ def _paired_rows(pools: dict[str, dict[str, Any]]) -> list[tuple[object, ...]]:
     for pool, layers in pools.items():
         for layer, got in layers.items():
             ratios = got["ratios"]
-            mine = "—" if layer == "effectq" else _median(ratios)
+            mine = "—" if layer == "effectq" else statistics.median(ratios)
             spread = "—" if layer == "effectq" else f"{ratios[0]:.2f}–{ratios[-1]:.2f}"
             steal = f"{got['stolen']:.0%}"
             rows.append(
